@@ -1,2 +1,30 @@
+//! # bnconf-spec — the exact reference
+//!
+//! The source of truth is the seed spec (`shared/seed/000_1e0d8a056dc8c8e7.txt`, docstrings of
+//! a Lean 4 development that proves these ops and their VJPs over the reals) and FORMAT.md.
+//! This crate computes every op exactly: inputs are rationals (binary floats are dyadic
+//! rationals), and every output is `a + b*sqrt(q)` in the quadratic field of its channel,
+//! `q = var + eps` (DESIGN §1).
+//!
+//! Invariants:
+//! - no floating-point arithmetic in the math, no I/O; depends on no other crate of ours;
+//! - each seed item S1–S31 is a function named after it ([`per_channel`], [`layout`]);
+//! - ops are written once over [`num::Scalar`]: with [`exact::QSqrt`] they are the reference,
+//!   with [`num::Dual`] the exact Jacobian ([`vjp`]), so the closed forms can be checked
+//!   against `J^T dy` exactly;
+//! - bad input is an [`error::SpecError`] naming the field or constraint, never a panic.
 #![forbid(unsafe_code)]
+
+pub mod channel;
+pub mod error;
 pub mod exact;
+pub mod layout;
+pub mod num;
+pub mod op;
+pub mod per_channel;
+pub mod vjp;
+
+pub use error::SpecError;
+pub use exact::{QSqrt, Rational};
+pub use layout::{Geometry, Layout};
+pub use op::{Op, Problem};

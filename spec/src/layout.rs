@@ -1,0 +1,246 @@
+//! Layouts and the layout bridges of the seed (S7–S10, S17, S21–S24), plus channels-last.
+//!
+//! Every layout op is "bridge ∘ flat op ∘ bridge⁻¹": the bridge is a gather from the layout
+//! into the per-channel matrix view `[C, m]` (row c holds channel c's m cells), and its
+//! inverse the scatter back. Bridges are index bijections: no arithmetic.
+
+use crate::error::SpecError;
+
+/// Where the cells of each channel live (FORMAT.md, "Ops and layouts").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Layout {
+    /// `[C, m]`, matrix view: row c is channel c (seed: Mat-split / per-row).
+    Rows,
+    /// `[C, m]` as a flat `C·m` vector, channel c at `c*m + s` (seed: flat Vec (oc·m)).
+    Flat,
+    /// `[C, H, W]`, one example (seed: Tensor3 `(oc*h)*w`).
+    Chw,
+    /// `[N, C, H, W]`, statistics over the whole batch (seed: `[N,C,H,W]` batch BN).
+    Nchw,
+    /// `[N, H, W, C]`, channels-last (not in the seed).
+    Nhwc,
+}
+
+impl Layout {
+    /// Every layout.
+    pub const ALL: [Layout; 5] = [
+        Layout::Rows,
+        Layout::Flat,
+        Layout::Chw,
+        Layout::Nchw,
+        Layout::Nhwc,
+    ];
+
+    /// FORMAT.md's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Rows => "rows",
+            Layout::Flat => "flat",
+            Layout::Chw => "chw",
+            Layout::Nchw => "nchw",
+            Layout::Nhwc => "nhwc",
+        }
+    }
+    /// Parse FORMAT.md's name.
+    pub fn from_name(s: &str) -> Option<Layout> {
+        Layout::ALL.into_iter().find(|l| l.name() == s)
+    }
+    /// Number of dimensions of the layout's shape.
+    pub fn rank(self) -> usize {
+        match self {
+            Layout::Rows | Layout::Flat => 2,
+            Layout::Chw => 3,
+            Layout::Nchw | Layout::Nhwc => 4,
+        }
+    }
+}
+
+/// A validated shape: `c` channels of `m` cells each, `len = c*m` elements.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// The layout.
+    pub layout: Layout,
+    /// The shape as given.
+    pub shape: Vec<usize>,
+    /// Channels C.
+    pub c: usize,
+    /// Cells per channel m.
+    pub m: usize,
+    /// Batch N (1 for layouts without a batch axis).
+    pub n: usize,
+    /// Spatial cells per example and channel (H·W, or m for rows/flat).
+    pub hw: usize,
+}
+
+impl Geometry {
+    /// Check a shape against a layout (C3): right rank, no zero extent, no overflow, at most
+    /// `max_elems` elements. Nothing is allocated before this succeeds.
+    pub fn new(layout: Layout, shape: &[usize], max_elems: usize) -> Result<Geometry, SpecError> {
+        let bad = |reason: String| SpecError::Shape { reason };
+        if shape.len() != layout.rank() {
+            return Err(bad(format!(
+                "layout `{}` needs {} dimensions, got {}",
+                layout.name(),
+                layout.rank(),
+                shape.len()
+            )));
+        }
+        if let Some(i) = shape.iter().position(|&d| d == 0) {
+            return Err(bad(format!(
+                "dimension {i} is 0: every channel needs at least one cell"
+            )));
+        }
+        let mut len: usize = 1;
+        for &d in shape {
+            len = len
+                .checked_mul(d)
+                .filter(|&l| l <= max_elems)
+                .ok_or_else(|| bad(format!("{shape:?} has more than {max_elems} elements")))?;
+        }
+        let (c, n, hw) = match layout {
+            Layout::Rows | Layout::Flat => (shape[0], 1, shape[1]),
+            Layout::Chw => (shape[0], 1, shape[1] * shape[2]),
+            Layout::Nchw => (shape[1], shape[0], shape[2] * shape[3]),
+            Layout::Nhwc => (shape[3], shape[0], shape[1] * shape[2]),
+        };
+        Ok(Geometry {
+            layout,
+            shape: shape.to_vec(),
+            c,
+            m: n * hw,
+            n,
+            hw,
+        })
+    }
+
+    /// Number of elements `C·m`.
+    pub fn len(&self) -> usize {
+        self.c * self.m
+    }
+    /// Never true: shapes have no zero extent.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Offset in the layout of cell `k` (0 ≤ k < m) of channel `c`: the gather index of the
+    /// bridge into the matrix view at Mat position `(c, k)`, `k = n·hw + s`.
+    pub fn offset(&self, c: usize, k: usize) -> usize {
+        match self.layout {
+            Layout::Rows | Layout::Flat => c * self.m + k,
+            Layout::Chw => reassoc_fwd(self.hw, c * self.hw + k),
+            Layout::Nchw => bnchw_transpose_fwd(self.c, self.n, self.hw, c * self.m + k),
+            Layout::Nhwc => {
+                let (n, s) = (k / self.hw, k % self.hw);
+                (n * self.hw + s) * self.c + c
+            }
+        }
+    }
+
+    /// The bridge as a permutation: `perm[c*m + k]` = layout offset of Mat position `(c, k)`.
+    pub fn to_mat_perm(&self) -> Vec<usize> {
+        let mut p = Vec::with_capacity(self.len());
+        for c in 0..self.c {
+            for k in 0..self.m {
+                p.push(self.offset(c, k));
+            }
+        }
+        p
+    }
+
+    /// Gather: layout data → matrix view `[C, m]` (row-major). S9 / S23 and channels-last.
+    pub fn to_mat<T: Clone>(&self, data: &[T]) -> Vec<T> {
+        gather(&self.to_mat_perm(), data)
+    }
+    /// Scatter: matrix view → layout (the inverse relabelling). S10 / S24.
+    pub fn from_mat<T: Clone>(&self, mat: &[T]) -> Vec<T> {
+        relabel_back(&self.to_mat_perm(), mat)
+    }
+}
+
+/// Gather `out[i] = data[perm[i]]` — a reindex (seed: `reindexCLM`).
+pub fn gather<T: Clone>(perm: &[usize], data: &[T]) -> Vec<T> {
+    perm.iter().map(|&j| data[j].clone()).collect()
+}
+
+/// Inverse relabelling of a bijective gather: `out[perm[i]] = mat[i]`.
+pub fn relabel_back<T: Clone>(perm: &[usize], mat: &[T]) -> Vec<T> {
+    let mut out: Vec<Option<T>> = vec![None; mat.len()];
+    for (i, &j) in perm.iter().enumerate() {
+        out[j] = Some(mat[i].clone());
+    }
+    out.into_iter()
+        .map(|v| v.expect("bridge is a bijection"))
+        .collect()
+}
+
+/// **S17** — VJP of the forward reindex (gather) is the scatter-add of the cotangent:
+/// `out[perm[i]] += dy[i]`, over an output of length `n_in` (`pdiv_reindex`).
+pub fn reindex_vjp<T: Clone + std::ops::Add<Output = T>>(
+    perm: &[usize],
+    dy: &[T],
+    n_in: usize,
+    zero: T,
+) -> Vec<T> {
+    let mut out = vec![zero; n_in];
+    for (i, &j) in perm.iter().enumerate() {
+        out[j] = out[j].clone() + dy[i].clone();
+    }
+    out
+}
+
+/// **S7** — reassoc index `Fin(oc·(h·w)) → Fin((oc·h)·w)`: the Mat-split flat index
+/// `c·(h·w) + (hi·w + wi)` ↦ the Tensor3 flat index `(c·h + hi)·w + wi`. Both are the same
+/// number: a pure product re-association, the identity on flat offsets.
+pub fn reassoc_fwd(hw: usize, i: usize) -> usize {
+    let (c, s) = (i / hw, i % hw);
+    c * hw + s
+}
+
+/// **S8** — the inverse re-association `((c,hi),wi) ↦ (c,(hi,wi))` on flat offsets.
+pub fn reassoc_back(hw: usize, i: usize) -> usize {
+    reassoc_fwd(hw, i)
+}
+
+/// **S9** — Tensor3 → Mat-split reindex: the Mat position `(c,(hi,wi))` reads the
+/// `((c,hi),wi)` cell.
+pub fn tensor3_to_mat<T: Clone>(oc: usize, h: usize, w: usize, t: &[T]) -> Vec<T> {
+    let perm: Vec<usize> = (0..oc * h * w).map(|i| reassoc_fwd(h * w, i)).collect();
+    gather(&perm, t)
+}
+
+/// **S10** — Mat-split → Tensor3 reindex (the inverse relabelling).
+pub fn mat_to_tensor3<T: Clone>(oc: usize, h: usize, w: usize, m: &[T]) -> Vec<T> {
+    let perm: Vec<usize> = (0..oc * h * w).map(|i| reassoc_back(h * w, i)).collect();
+    relabel_back(&perm, m)
+}
+
+/// **S21** — transpose index `Fin(oc·(N·hw)) → Fin(N·(oc·hw))`: the per-channel Mat index
+/// `(c,(n,s))` ↦ the network `[N,C,H,W]` index `(n,(c,s))`. A permutation.
+pub fn bnchw_transpose_fwd(oc: usize, n: usize, hw: usize, i: usize) -> usize {
+    let (c, rest) = (i / (n * hw), i % (n * hw));
+    let (b, s) = (rest / hw, rest % hw);
+    (b * oc + c) * hw + s
+}
+
+/// **S22** — the inverse transpose index `(n,(c,s)) ↦ (c,(n,s))`.
+pub fn bnchw_transpose_back(oc: usize, n: usize, hw: usize, i: usize) -> usize {
+    let (b, rest) = (i / (oc * hw), i % (oc * hw));
+    let (c, s) = (rest / hw, rest % hw);
+    (c * n + b) * hw + s
+}
+
+/// **S23** — `[N,C,H,W] → [C, N·H·W]` reindex (gather the network cell at the Mat position).
+pub fn bnchw_fwd<T: Clone>(n: usize, oc: usize, hw: usize, x: &[T]) -> Vec<T> {
+    let perm: Vec<usize> = (0..oc * n * hw)
+        .map(|i| bnchw_transpose_fwd(oc, n, hw, i))
+        .collect();
+    gather(&perm, x)
+}
+
+/// **S24** — `[C, N·H·W] → [N,C,H,W]` reindex (the inverse relabelling).
+pub fn bnchw_back<T: Clone>(n: usize, oc: usize, hw: usize, m: &[T]) -> Vec<T> {
+    let perm: Vec<usize> = (0..oc * n * hw)
+        .map(|i| bnchw_transpose_back(oc, n, hw, i))
+        .collect();
+    gather(&perm, m)
+}

@@ -1,0 +1,342 @@
+//! The ops of FORMAT.md (op × layout), evaluated exactly: the bridge into the matrix view,
+//! the per-row lift (S1) of the one-channel op, the bridge back.
+
+use crate::channel as ch;
+use crate::error::SpecError;
+use crate::exact::{QSqrt, Rational};
+use crate::layout::Geometry;
+use crate::num::Scalar;
+use std::collections::BTreeMap;
+
+/// An op of FORMAT.md.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Op {
+    /// Training BN: `y, mean, var` from `x, gamma, beta` (S2, S4, S18, S25).
+    Forward,
+    /// Its VJP in closed form: `dx, dgamma, dbeta` from `x, dy, gamma` (S6, S15, S16, S20, S28).
+    Backward,
+    /// Inference BN with frozen statistics (S11–S14).
+    Eval,
+    /// Sync BN forward with handed-in `mean`, `m2` (S26).
+    SyncForward,
+    /// Sync BN backward with four handed-in statistics (S29–S31).
+    SyncBackward,
+}
+
+/// Whether a tensor has the layout's shape (a cell value per element) or shape `[C]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Extent {
+    /// One value per cell: the layout's shape.
+    Cells,
+    /// One value per channel: shape `[C]`.
+    Channel,
+}
+
+impl Op {
+    /// Every op.
+    pub const ALL: [Op; 5] = [
+        Op::Forward,
+        Op::Backward,
+        Op::Eval,
+        Op::SyncForward,
+        Op::SyncBackward,
+    ];
+
+    /// FORMAT.md's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Forward => "forward",
+            Op::Backward => "backward",
+            Op::Eval => "eval",
+            Op::SyncForward => "sync_forward",
+            Op::SyncBackward => "sync_backward",
+        }
+    }
+    /// Parse FORMAT.md's name.
+    pub fn from_name(s: &str) -> Option<Op> {
+        Op::ALL.into_iter().find(|o| o.name() == s)
+    }
+    /// Input names, in FORMAT.md's order.
+    pub fn inputs(self) -> &'static [&'static str] {
+        match self {
+            Op::Forward => &["x", "gamma", "beta"],
+            Op::Backward => &["x", "dy", "gamma"],
+            Op::Eval => &["x", "gamma", "beta", "mean", "var"],
+            Op::SyncForward => &["x", "gamma", "beta", "mean", "m2"],
+            Op::SyncBackward => &["x", "dy", "gamma", "mean", "m2", "mean_dy", "mean_dy_xhat"],
+        }
+    }
+    /// Output names, in FORMAT.md's order.
+    pub fn outputs(self) -> &'static [&'static str] {
+        match self {
+            Op::Forward => &["y", "mean", "var"],
+            Op::Backward | Op::SyncBackward => &["dx", "dgamma", "dbeta"],
+            Op::Eval | Op::SyncForward => &["y"],
+        }
+    }
+    /// Shape class of an input or output name.
+    pub fn extent(name: &str) -> Extent {
+        match name {
+            "x" | "dy" | "y" | "dx" => Extent::Cells,
+            _ => Extent::Channel,
+        }
+    }
+}
+
+/// One channel's inputs. Cell inputs (`x`, `dy`) hold the channel's m cells in matrix-view
+/// order; per-channel inputs a single value. Inputs the op does not take are absent.
+#[derive(Clone, Debug)]
+pub struct ChannelIn<T> {
+    /// Named inputs, each a vector (length m for cells, 1 for per-channel values).
+    pub values: BTreeMap<&'static str, Vec<T>>,
+}
+
+impl<T: Scalar> ChannelIn<T> {
+    fn cells(&self, k: &str) -> &[T] {
+        &self.values[k]
+    }
+    fn one(&self, k: &str) -> &T {
+        &self.values[k][0]
+    }
+}
+
+fn check_c1<T: Scalar>(
+    channel: usize,
+    what: &'static str,
+    var: &T,
+    eps: &T,
+) -> Result<(), SpecError> {
+    let q = var.value().clone() + eps.value().clone();
+    if q.signum() <= 0 {
+        return Err(SpecError::NonPositiveVariance {
+            channel,
+            what,
+            value: q.to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// Evaluate `op` on one channel: the one-channel map the per-row lift (S1) applies to row
+/// `channel`. Outputs in [`Op::outputs`] order (per-channel outputs as length-1 vectors).
+/// Checks (C1) on the exact values.
+pub fn channel_op<T: Scalar>(
+    op: Op,
+    channel: usize,
+    inp: &ChannelIn<T>,
+    eps: &T,
+) -> Result<Vec<Vec<T>>, SpecError> {
+    let x = inp.cells("x");
+    Ok(match op {
+        Op::Forward => {
+            let (mu, var) = ch::batch_stats(x);
+            check_c1(channel, "var + eps", &var, eps)?;
+            let y = ch::bn_eval(x, inp.one("gamma"), inp.one("beta"), &mu, &var, eps);
+            vec![y, vec![mu], vec![var]]
+        }
+        Op::Backward => {
+            let (_, var) = ch::batch_stats(x);
+            check_c1(channel, "var + eps", &var, eps)?;
+            let dy = inp.cells("dy");
+            let dx = ch::bn_grad_input(x, dy, inp.one("gamma"), eps);
+            vec![
+                dx,
+                vec![ch::bn_grad_gamma(x, dy, eps)],
+                vec![ch::bn_grad_beta(dy)],
+            ]
+        }
+        Op::Eval => {
+            check_c1(channel, "var + eps", inp.one("var"), eps)?;
+            vec![ch::bn_eval(
+                x,
+                inp.one("gamma"),
+                inp.one("beta"),
+                inp.one("mean"),
+                inp.one("var"),
+                eps,
+            )]
+        }
+        Op::SyncForward => {
+            let (mean, m2) = (inp.one("mean"), inp.one("m2"));
+            check_c1(channel, "m2 - mean^2 + eps", &ch::sync_var(mean, m2), eps)?;
+            vec![ch::sync_bn(
+                x,
+                inp.one("gamma"),
+                inp.one("beta"),
+                mean,
+                m2,
+                eps,
+            )]
+        }
+        Op::SyncBackward => {
+            let (mean, m2) = (inp.one("mean"), inp.one("m2"));
+            check_c1(channel, "m2 - mean^2 + eps", &ch::sync_var(mean, m2), eps)?;
+            let dy = inp.cells("dy");
+            let dx = ch::sync_grad_input(
+                x,
+                dy,
+                inp.one("gamma"),
+                mean,
+                m2,
+                inp.one("mean_dy"),
+                inp.one("mean_dy_xhat"),
+                eps,
+            );
+            let dg = ch::sync_grad_gamma(x, dy, mean, m2, eps);
+            vec![dx, vec![dg], vec![ch::bn_grad_beta(dy)]]
+        }
+    })
+}
+
+/// A validated exact problem: op, geometry, eps and inputs (layout order, exact values).
+#[derive(Clone, Debug)]
+pub struct Problem {
+    /// The op.
+    pub op: Op,
+    /// Layout and shape.
+    pub geom: Geometry,
+    /// `eps`, exact.
+    pub eps: Rational,
+    /// Inputs by name, each in its layout's order (cells) or `[C]`.
+    pub inputs: BTreeMap<String, Vec<QSqrt>>,
+}
+
+/// Outputs by name, each in the layout's order or `[C]`.
+pub type Outputs = BTreeMap<&'static str, Vec<QSqrt>>;
+
+impl Problem {
+    /// Check names, lengths, eps and rationality (C2, C3); radicands of `mean_dy_xhat` are
+    /// checked per channel by [`Problem::channel_inputs`].
+    pub fn new(
+        op: Op,
+        geom: Geometry,
+        eps: Rational,
+        inputs: BTreeMap<String, Vec<QSqrt>>,
+    ) -> Result<Problem, SpecError> {
+        if eps < Rational::from_integer(0.into()) {
+            return Err(SpecError::NegativeEps {
+                value: crate::exact::fmt_rational(&eps),
+            });
+        }
+        for name in inputs.keys() {
+            if !op.inputs().contains(&name.as_str()) {
+                return Err(SpecError::UnknownInput {
+                    op: op.name(),
+                    field: name.clone(),
+                    expected: op.inputs().join(", "),
+                });
+            }
+        }
+        for &name in op.inputs() {
+            let v = inputs.get(name).ok_or_else(|| SpecError::MissingInput {
+                op: op.name(),
+                field: name.to_string(),
+            })?;
+            let expected = match Op::extent(name) {
+                Extent::Cells => geom.len(),
+                Extent::Channel => geom.c,
+            };
+            if v.len() != expected {
+                let shape = if Op::extent(name) == Extent::Cells {
+                    geom.shape.clone()
+                } else {
+                    vec![geom.c]
+                };
+                return Err(SpecError::Length {
+                    field: name.to_string(),
+                    expected,
+                    got: v.len(),
+                    shape,
+                });
+            }
+            if name != "mean_dy_xhat" {
+                if let Some(i) = v.iter().position(|e| !e.is_rational()) {
+                    return Err(SpecError::Irrational {
+                        field: name.to_string(),
+                        index: i,
+                    });
+                }
+            }
+        }
+        Ok(Problem {
+            op,
+            geom,
+            eps,
+            inputs,
+        })
+    }
+
+    /// The inputs of channel `c` in matrix-view order, with `mean_dy_xhat` moved into the
+    /// channel's field Q(sqrt(q)).
+    pub fn channel_inputs(&self, c: usize) -> Result<ChannelIn<QSqrt>, SpecError> {
+        let g = &self.geom;
+        let mut values = BTreeMap::new();
+        for &name in self.op.inputs() {
+            let data = &self.inputs[name];
+            let v = match Op::extent(name) {
+                Extent::Cells => (0..g.m).map(|k| data[g.offset(c, k)].clone()).collect(),
+                Extent::Channel => vec![data[c].clone()],
+            };
+            values.insert(name, v);
+        }
+        if let Some(k) = values
+            .get("mean_dy_xhat")
+            .map(|v| v[0].clone())
+            .filter(|k| !k.is_rational())
+        {
+            let q = ch::sync_var(&values["mean"][0], &values["m2"][0])
+                + QSqrt::rational(self.eps.clone());
+            let qr = q.as_rational().expect("q is rational").clone();
+            // With q <= 0, channel_op reports (C1) before any arithmetic.
+            if qr > Rational::from_integer(0.into()) {
+                let val = k.in_field(&qr).ok_or_else(|| SpecError::NotInField {
+                    channel: c,
+                    radicand: k.d().map(crate::exact::fmt_rational).unwrap_or_default(),
+                    q: crate::exact::fmt_rational(&qr),
+                })?;
+                values.insert("mean_dy_xhat", vec![val]);
+            }
+        }
+        Ok(ChannelIn { values })
+    }
+
+    /// Evaluate exactly: bridge → per-row lift of [`channel_op`] → bridge back.
+    pub fn evaluate(&self) -> Result<Outputs, SpecError> {
+        let g = &self.geom;
+        let eps = QSqrt::rational(self.eps.clone());
+        let names = self.op.outputs();
+        let mut out: Vec<Vec<Option<QSqrt>>> = names
+            .iter()
+            .map(|n| match Op::extent(n) {
+                Extent::Cells => vec![None; g.len()],
+                Extent::Channel => vec![None; g.c],
+            })
+            .collect();
+        for c in 0..g.c {
+            let inp = self.channel_inputs(c)?;
+            let res = channel_op(self.op, c, &inp, &eps)?;
+            for (o, vals) in res.into_iter().enumerate() {
+                match Op::extent(names[o]) {
+                    Extent::Cells => {
+                        for (k, v) in vals.into_iter().enumerate() {
+                            out[o][g.offset(c, k)] = Some(v);
+                        }
+                    }
+                    Extent::Channel => out[o][c] = vals.into_iter().next(),
+                }
+            }
+        }
+        Ok(names
+            .iter()
+            .zip(out)
+            .map(|(n, v)| {
+                (
+                    *n,
+                    v.into_iter()
+                        .map(|e| e.expect("every output written"))
+                        .collect(),
+                )
+            })
+            .collect())
+    }
+}
