@@ -1,1 +1,190 @@
-pub fn placeholder() {}
+//! Float BatchNorm kernels under test: correct ("good") kernels and deliberately defective
+//! ("known-bad") negative controls, behind one small API the conformance harness drives.
+//!
+//! Ops, layouts and input/output names follow `FORMAT.md`. Every kernel is a [`Kernel`];
+//! [`all_kernels`] lists them in a fixed order. All kernels support every op, layout and dtype.
+//!
+//! Inside, each kernel is a recipe (working precision, moment algorithm, summation order and,
+//! for a known-bad one, one defect) run by a single generic channel-wise driver over a float
+//! type (`f32` or `f64`); f16 and bf16 data are computed in f32 and rounded at the end.
+
+mod catalog;
+mod layout;
+mod real;
+mod recipe;
+mod stats;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+pub use catalog::{all_kernels, kernel_by_name};
+pub use layout::channel_cells;
+pub use recipe::validate;
+
+/// Defines a field-less enum with `ALL`, `name()`, `from_name()` and `Display`.
+macro_rules! named_enum {
+    ($(#[$m:meta])* $ty:ident { $($(#[$vm:meta])* $v:ident = $s:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $ty { $($(#[$vm])* $v),+ }
+        impl $ty {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$ty] = &[$($ty::$v),+];
+            /// The name used in case files.
+            pub fn name(&self) -> &'static str {
+                match self { $($ty::$v => $s),+ }
+            }
+            /// Inverse of [`Self::name`].
+            pub fn from_name(name: &str) -> Option<$ty> {
+                match name { $($s => Some($ty::$v),)+ _ => None }
+            }
+        }
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    };
+}
+
+named_enum!(
+    /// A BatchNorm operation (see `FORMAT.md` for the exact meaning).
+    Op {
+        /// `x, gamma, beta -> y, mean, var`
+        Forward = "forward",
+        /// `x, dy, gamma -> dx, dgamma, dbeta`
+        Backward = "backward",
+        /// `x, gamma, beta, mean, var -> y`
+        Eval = "eval",
+        /// `x, gamma, beta, mean, m2 -> y`, with `var = m2 - mean²`
+        SyncForward = "sync_forward",
+        /// `x, dy, gamma, mean, m2, mean_dy, mean_dy_xhat -> dx, dgamma, dbeta`
+        SyncBackward = "sync_backward",
+    }
+);
+
+named_enum!(
+    /// Which row-major positions form a channel (see [`channel_cells`]).
+    Layout {
+        /// `[C, m]`, row c.
+        Rows = "rows",
+        /// `[C, m]`, flat positions `c*m + s`.
+        Flat = "flat",
+        /// `[C, H, W]`.
+        Chw = "chw",
+        /// `[N, C, H, W]`, statistics over n, h, w.
+        Nchw = "nchw",
+        /// `[N, H, W, C]`, channels last.
+        Nhwc = "nhwc",
+    }
+);
+
+named_enum!(
+    /// Storage dtype of a case's data.
+    Dtype {
+        F64 = "f64",
+        F32 = "f32",
+        /// IEEE binary16.
+        F16 = "f16",
+        /// bfloat16.
+        BF16 = "bf16",
+    }
+);
+
+impl Op {
+    /// Input names, in the order of `FORMAT.md`.
+    pub fn inputs(&self) -> &'static [&'static str] {
+        match self {
+            Op::Forward => &["x", "gamma", "beta"],
+            Op::Backward => &["x", "dy", "gamma"],
+            Op::Eval => &["x", "gamma", "beta", "mean", "var"],
+            Op::SyncForward => &["x", "gamma", "beta", "mean", "m2"],
+            Op::SyncBackward => &["x", "dy", "gamma", "mean", "m2", "mean_dy", "mean_dy_xhat"],
+        }
+    }
+
+    /// Output names, in the order of `FORMAT.md`.
+    pub fn outputs(&self) -> &'static [&'static str] {
+        match self {
+            Op::Forward => &["y", "mean", "var"],
+            Op::Backward | Op::SyncBackward => &["dx", "dgamma", "dbeta"],
+            Op::Eval | Op::SyncForward => &["y"],
+        }
+    }
+}
+
+/// Whether an input/output name is a cell array (the layout's shape: `x`, `dy`, `y`, `dx`)
+/// rather than a per-channel array of length C.
+pub fn is_cell_array(name: &str) -> bool {
+    matches!(name, "x" | "dy" | "y" | "dx")
+}
+
+impl Dtype {
+    /// `v` correctly rounded (to nearest, ties to even) to this dtype, as an f64.
+    pub fn round(self, v: f64) -> f64 {
+        real::round_to(self, v)
+    }
+
+    /// Unit roundoff `u = 2^-p` (half an ulp of 1) for a `p`-bit significand.
+    pub fn unit_roundoff(self) -> f64 {
+        match self {
+            Dtype::F64 => 2f64.powi(-53),
+            Dtype::F32 => 2f64.powi(-24),
+            Dtype::F16 => 2f64.powi(-11),
+            Dtype::BF16 => 2f64.powi(-8),
+        }
+    }
+}
+
+/// One problem for a kernel. Input values are exactly representable in `dtype` (a kernel
+/// rounds them to `dtype` on reading anyway); cell arrays have the layout's shape, flattened
+/// row-major, per-channel arrays have length C.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Case {
+    pub op: Op,
+    pub layout: Layout,
+    pub shape: Vec<usize>,
+    pub dtype: Dtype,
+    pub eps: f64,
+    pub inputs: BTreeMap<String, Vec<f64>>,
+}
+
+/// Outputs by name; every value is representable in the case dtype.
+pub type Outputs = BTreeMap<String, Vec<f64>>;
+
+/// Whether a kernel is meant to conform.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Verdict {
+    /// A correct algorithm: expected to conform.
+    Good,
+    /// A deliberate defect, kept as a negative control: expected to fail somewhere.
+    KnownBad,
+}
+
+/// The kernel does not handle this case (op, layout, dtype) or the case is malformed
+/// (then the reason starts with `invalid case:`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unsupported(pub String);
+
+impl fmt::Display for Unsupported {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Unsupported {}
+
+/// A BatchNorm kernel under test.
+pub trait Kernel: Send + Sync {
+    /// Stable, unique name (`twopass-f64`, `bad-onepass-var`, ...).
+    fn name(&self) -> &'static str;
+    fn verdict(&self) -> Verdict;
+    /// The algorithm, and for a known-bad kernel its defect.
+    fn description(&self) -> &'static str;
+    /// The ops where a known-bad kernel's defect shows; on the others it computes exactly
+    /// like a good kernel. Empty for good kernels.
+    fn defective_ops(&self) -> &'static [Op] {
+        &[]
+    }
+    fn run(&self, case: &Case) -> Result<Outputs, Unsupported>;
+}

@@ -1,0 +1,189 @@
+//! The kernels: good ones first, then the known-bad negative controls.
+
+use crate::recipe::{Defect, Precision, Recipe, SyncVar};
+use crate::stats::{Moments, Summation};
+use crate::{Kernel, Op, Verdict};
+
+/// Chunk length of the Welford kernels (small, so moderate channels already exercise the merge).
+const WELFORD_CHUNK: usize = 16;
+
+/// The reference recipe the others vary: textbook two-pass in the working dtype.
+const TWOPASS_NATIVE: Recipe = Recipe {
+    name: "twopass-native",
+    description: "Two-pass: mean = Σx/m, then var = Σ(x-mean)²/m, sums left to right, all \
+                  in the working precision (f64 for f64, f32 for f32; f16/bf16 data computed \
+                  in f32); sync ops form var = m2 - mean*mean. Outputs rounded to the dtype.",
+    verdict: Verdict::Good,
+    precision: Precision::Native,
+    moments: Moments::TwoPass,
+    summation: Summation::Sequential,
+    sync_var: SyncVar::Plain,
+    defect: None,
+    defective_ops: &[],
+};
+
+/// A known-bad variant of `twopass-native`.
+const fn bad(
+    name: &'static str,
+    description: &'static str,
+    defective_ops: &'static [Op],
+) -> Recipe {
+    Recipe {
+        name,
+        description,
+        verdict: Verdict::KnownBad,
+        defective_ops,
+        ..TWOPASS_NATIVE
+    }
+}
+
+const TRAINING: &[Op] = &[Op::Forward, Op::Backward];
+const BACKWARDS: &[Op] = &[Op::Backward, Op::SyncBackward];
+const SYNC: &[Op] = &[Op::SyncForward, Op::SyncBackward];
+const ALL_OPS: &[Op] = &[
+    Op::Forward,
+    Op::Backward,
+    Op::Eval,
+    Op::SyncForward,
+    Op::SyncBackward,
+];
+
+fn recipes() -> Vec<Recipe> {
+    vec![
+        Recipe {
+            name: "twopass-f64",
+            description: "Two-pass (mean, then Σ(x-mean)²), sums left to right, everything \
+                          computed in f64 whatever the dtype, each output rounded once to the \
+                          dtype at the end.",
+            precision: Precision::F64,
+            ..TWOPASS_NATIVE
+        },
+        TWOPASS_NATIVE,
+        Recipe {
+            name: "welford-native",
+            description: "Welford's single-pass update over chunks of 16 cells, chunks \
+                          combined left to right with Chan et al.'s parallel merge, in the \
+                          working precision (f32 accumulation for f16/bf16).",
+            moments: Moments::Welford {
+                chunk: WELFORD_CHUNK,
+            },
+            ..TWOPASS_NATIVE
+        },
+        Recipe {
+            name: "welford-f64",
+            description: "Welford's update over chunks of 16 cells with Chan's merge, computed \
+                          in f64 whatever the dtype, outputs rounded to the dtype.",
+            precision: Precision::F64,
+            moments: Moments::Welford {
+                chunk: WELFORD_CHUNK,
+            },
+            ..TWOPASS_NATIVE
+        },
+        Recipe {
+            name: "pairwise-native",
+            description: "Two-pass with every sum (Σx, Σ(x-mean)², Σdy, Σdy*xhat) done by \
+                          pairwise (cascaded) summation, blocks of 8 left to right, in the \
+                          working precision.",
+            summation: Summation::Pairwise,
+            ..TWOPASS_NATIVE
+        },
+        Recipe {
+            name: "compensated-native",
+            description: "Two-pass with every sum done by Kahan–Babuška–Neumaier compensated \
+                          summation, in the working precision.",
+            summation: Summation::Compensated,
+            ..TWOPASS_NATIVE
+        },
+        Recipe {
+            name: "sync-fma",
+            description: "twopass-native, but the sync ops form var = fma(-mean, mean, m2) \
+                          with a single rounding.",
+            sync_var: SyncVar::Fma,
+            ..TWOPASS_NATIVE
+        },
+        Recipe {
+            moments: Moments::OnePass,
+            ..bad(
+                "bad-onepass-var",
+                "KNOWN BAD: one-pass variance var = max(Σx²/m - mean², 0) in the working \
+                 precision; cancels catastrophically when |mean| >> std. Otherwise \
+                 twopass-native.",
+                TRAINING,
+            )
+        },
+        Recipe {
+            defect: Some(Defect::EpsOutsideSqrt),
+            ..bad(
+                "bad-eps-outside-sqrt",
+                "KNOWN BAD: normalises with 1/(sqrt(var) + eps) instead of 1/sqrt(var + eps), \
+                 in every op. Otherwise twopass-native.",
+                ALL_OPS,
+            )
+        },
+        Recipe {
+            defect: Some(Defect::UnbiasedVar),
+            ..bad(
+                "bad-unbiased-var",
+                "KNOWN BAD: the variance it computes (forward's var output and the \
+                 normalisation of forward and backward) divides by m-1 instead of m (by m \
+                 when m = 1). Otherwise twopass-native.",
+                TRAINING,
+            )
+        },
+        Recipe {
+            defect: Some(Defect::NoProjection),
+            ..bad(
+                "bad-backward-missing-term",
+                "KNOWN BAD: backward and sync_backward compute dx = gamma*r*(dy - mean(dy)), \
+                 dropping the -xhat*mean(dy*xhat) term. Otherwise twopass-native.",
+                BACKWARDS,
+            )
+        },
+        Recipe {
+            defect: Some(Defect::LocalStatsInSync),
+            ..bad(
+                "bad-sync-local-stats",
+                "KNOWN BAD: sync_forward and sync_backward ignore the handed-in mean, m2, \
+                 mean_dy, mean_dy_xhat and use this shard's own statistics (they compute \
+                 forward's y and backward's dx, dgamma, dbeta). Only visible where the \
+                 handed-in statistics differ from the shard's. Otherwise twopass-native.",
+                SYNC,
+            )
+        },
+        Recipe {
+            summation: Summation::Storage16,
+            ..bad(
+                "bad-f16-accum",
+                "KNOWN BAD: every sum's accumulator is stored in a 16-bit float after each \
+                 addition (f16 for f16 data, bf16 for every other dtype); affects forward, \
+                 backward and the dgamma/dbeta sums of sync_backward. Otherwise \
+                 twopass-native.",
+                &[Op::Forward, Op::Backward, Op::SyncBackward],
+            )
+        },
+        Recipe {
+            defect: Some(Defect::Rsqrt12),
+            ..bad(
+                "bad-rsqrt12",
+                "KNOWN BAD: r = (var + eps)^(-1/2) truncated to 12 significant bits, like \
+                 a hardware rsqrt estimate without a Newton step (relative error up to \
+                 2^-11: a defect in f32 and f64, within rounding noise in f16 and bf16). \
+                 Otherwise twopass-native.",
+                ALL_OPS,
+            )
+        },
+    ]
+}
+
+/// Every kernel, good ones first, in a fixed order.
+pub fn all_kernels() -> Vec<Box<dyn Kernel>> {
+    recipes()
+        .into_iter()
+        .map(|r| Box::new(r) as Box<dyn Kernel>)
+        .collect()
+}
+
+/// The kernel called `name`, if any.
+pub fn kernel_by_name(name: &str) -> Option<Box<dyn Kernel>> {
+    all_kernels().into_iter().find(|k| k.name() == name)
+}

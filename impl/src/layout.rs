@@ -1,0 +1,139 @@
+//! Which flat (row-major) positions belong to which channel, per layout.
+
+use crate::Layout;
+
+/// Number of elements of `shape`, or an error on overflow.
+pub(crate) fn element_count(shape: &[usize]) -> Result<usize, String> {
+    shape.iter().try_fold(1usize, |n, &d| {
+        n.checked_mul(d)
+            .ok_or_else(|| format!("shape {shape:?}: element count overflows"))
+    })
+}
+
+/// `(C, m, cells)` for a layout and shape: the channel count, the cells per channel, and for
+/// each channel the flat row-major indices of its cells, in row-major order.
+///
+/// | layout | shape | cells of channel `c` |
+/// |---|---|---|
+/// | `rows`, `flat` | `[C, m]` | `c*m + s` |
+/// | `chw` | `[C, H, W]` | `(c*H + h)*W + w` |
+/// | `nchw` | `[N, C, H, W]` | `((n*C + c)*H + h)*W + w` for all n, h, w |
+/// | `nhwc` | `[N, H, W, C]` | `((n*H + h)*W + w)*C + c` for all n, h, w |
+///
+/// Errors: wrong rank, a shape whose element count overflows, no channels, or an empty
+/// channel (`m == 0`).
+pub fn channel_cells(
+    layout: Layout,
+    shape: &[usize],
+) -> Result<(usize, usize, Vec<Vec<usize>>), String> {
+    let rank = match layout {
+        Layout::Rows | Layout::Flat => 2,
+        Layout::Chw => 3,
+        Layout::Nchw | Layout::Nhwc => 4,
+    };
+    if shape.len() != rank {
+        return Err(format!(
+            "layout `{}` needs a shape of rank {rank}, got {shape:?}",
+            layout.name()
+        ));
+    }
+    element_count(shape)?;
+    // (C, outer, inner): channel c's cells are o*C*inner + c*inner + i for o < outer, i < inner.
+    let (c, outer, inner) = match layout {
+        Layout::Rows | Layout::Flat => (shape[0], 1, shape[1]),
+        Layout::Chw => (shape[0], 1, shape[1] * shape[2]),
+        Layout::Nchw => (shape[1], shape[0], shape[2] * shape[3]),
+        Layout::Nhwc => (shape[3], shape[0] * shape[1] * shape[2], 1),
+    };
+    if c == 0 {
+        return Err(format!("shape {shape:?} has no channels"));
+    }
+    let m = outer * inner;
+    if m == 0 {
+        return Err(format!("shape {shape:?}: every channel is empty"));
+    }
+    let cells = (0..c)
+        .map(|ch| {
+            (0..outer)
+                .flat_map(|o| {
+                    let base = (o * c + ch) * inner;
+                    base..base + inner
+                })
+                .collect()
+        })
+        .collect();
+    Ok((c, m, cells))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_flat_chw() {
+        for l in [Layout::Rows, Layout::Flat] {
+            let (c, m, cells) = channel_cells(l, &[2, 3]).unwrap();
+            assert_eq!((c, m), (2, 3));
+            assert_eq!(cells, vec![vec![0, 1, 2], vec![3, 4, 5]]);
+        }
+        let (c, m, cells) = channel_cells(Layout::Chw, &[2, 2, 2]).unwrap();
+        assert_eq!((c, m), (2, 4));
+        assert_eq!(cells, vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]]);
+    }
+
+    #[test]
+    fn nchw_and_nhwc_against_explicit_formulas() {
+        let (n, c, h, w) = (2, 3, 2, 4);
+        let (cc, m, cells) = channel_cells(Layout::Nchw, &[n, c, h, w]).unwrap();
+        assert_eq!((cc, m), (c, n * h * w));
+        for (ch, got) in cells.iter().enumerate() {
+            let mut want = vec![];
+            for ni in 0..n {
+                for hi in 0..h {
+                    for wi in 0..w {
+                        want.push(((ni * c + ch) * h + hi) * w + wi);
+                    }
+                }
+            }
+            assert_eq!(got, &want);
+        }
+        let (cc, m, cells) = channel_cells(Layout::Nhwc, &[n, h, w, c]).unwrap();
+        assert_eq!((cc, m), (c, n * h * w));
+        for (ch, got) in cells.iter().enumerate() {
+            let mut want = vec![];
+            for ni in 0..n {
+                for hi in 0..h {
+                    for wi in 0..w {
+                        want.push(((ni * h + hi) * w + wi) * c + ch);
+                    }
+                }
+            }
+            assert_eq!(got, &want);
+        }
+    }
+
+    #[test]
+    fn every_index_exactly_once() {
+        for (l, shape) in [
+            (Layout::Rows, vec![3, 5]),
+            (Layout::Chw, vec![3, 1, 5]),
+            (Layout::Nchw, vec![3, 2, 1, 3]),
+            (Layout::Nhwc, vec![1, 3, 2, 4]),
+        ] {
+            let (_, _, cells) = channel_cells(l, &shape).unwrap();
+            let mut all: Vec<usize> = cells.concat();
+            all.sort_unstable();
+            let total: usize = shape.iter().product();
+            assert_eq!(all, (0..total).collect::<Vec<_>>(), "{l:?} {shape:?}");
+        }
+    }
+
+    #[test]
+    fn bad_shapes() {
+        assert!(channel_cells(Layout::Nchw, &[2, 3]).is_err());
+        assert!(channel_cells(Layout::Rows, &[0, 3]).is_err());
+        assert!(channel_cells(Layout::Rows, &[3, 0]).is_err());
+        assert!(channel_cells(Layout::Nchw, &[0, 3, 2, 2]).is_err());
+        assert!(channel_cells(Layout::Nhwc, &[usize::MAX, 2, 2, 1]).is_err());
+    }
+}
