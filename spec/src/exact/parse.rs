@@ -214,8 +214,13 @@ pub fn parse_exact_with(s: &str, lim: &Limits) -> Result<QSqrt, ParseError> {
         (a.trim(), 1)
     } else if let Some(a) = head.strip_suffix('-') {
         (a.trim(), -1)
-    } else {
+    } else if head.is_empty() {
         (head, 1)
+    } else {
+        return Err(err(
+            s,
+            "expected `A + B*sqrt(D)`: `+` or `-` missing before the sqrt term",
+        ));
     };
     let a = if a_str.is_empty() {
         Rational::zero()
@@ -249,13 +254,16 @@ fn split_last_term(h: &str) -> usize {
             if prev.is_empty() {
                 return 0;
             }
-            let pc = prev.as_bytes()[prev.len() - 1];
-            if pc == b'e' || pc == b'E' || pc == b'p' || pc == b'P' {
-                // exponent sign of a number; but `p` could be... only inside hex (fine)
-                if !prev.to_ascii_lowercase().contains("0x") && (pc == b'p' || pc == b'P') {
-                    return i + 1;
+            let pc = prev.as_bytes()[prev.len() - 1].to_ascii_lowercase();
+            if pc == b'e' || pc == b'p' {
+                // The sign of an exponent (`1e-5`, `0x1p-3`) continues the number; but in a
+                // hex literal `e` is a digit (`0x1e - B`), and `p` marks no decimal exponent.
+                let token = prev.rsplit([' ', '\t', '+', '-']).next().unwrap_or("");
+                let hex = token.to_ascii_lowercase().starts_with("0x");
+                if hex == (pc == b'p') {
+                    continue;
                 }
-                continue;
+                return i + 1;
             }
             if pc == b'+' || pc == b'-' {
                 // "A + -B": B starts at this sign
