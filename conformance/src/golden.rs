@@ -1,0 +1,132 @@
+//! Golden files (`bnconf-golden/1`, FORMAT.md): exact outputs, written as exact strings and
+//! correctly rounded hex floats — exact facts about the real-number result, never the output
+//! of a float computation.
+
+use crate::case::{Case, Dtype};
+use crate::error::Result;
+use crate::npy::{write_npy, NpyData};
+use rayon::prelude::*;
+use serde_json::{json, Map, Value};
+use spec::exact::round::{round, FloatFormat};
+use spec::op::{Extent, Outputs};
+use spec::{Op, QSqrt};
+use std::path::Path;
+
+/// A case and its exact outputs.
+#[derive(Clone, Debug)]
+pub struct Golden {
+    /// The case (inputs already in its dtype).
+    pub case: Case,
+    /// Exact outputs by name, in the layout order (or `[C]`).
+    pub outputs: Outputs,
+}
+
+/// Evaluate a case exactly.
+pub fn compute(case: Case) -> Result<Golden> {
+    let outputs = case.problem.evaluate()?;
+    Ok(Golden { case, outputs })
+}
+
+/// Shape of a named tensor of a case.
+pub fn tensor_shape(case: &Case, name: &str) -> Vec<usize> {
+    match Op::extent(name) {
+        Extent::Cells => case.problem.geom.shape.clone(),
+        Extent::Channel => vec![case.problem.geom.c],
+    }
+}
+
+/// A value as written in a golden file for `dtype`: a hex float for float dtypes (the
+/// value is exactly representable), the exact string for `exact`.
+pub fn write_value(v: &QSqrt, dtype: Dtype) -> String {
+    match dtype {
+        Dtype::Float(f) => round(v, f).to_hex(),
+        Dtype::Exact => v.to_string(),
+    }
+}
+
+/// The case object as echoed in a golden file: inputs written back as the exact dtype values.
+pub fn case_json(case: &Case) -> Value {
+    let p = &case.problem;
+    let mut inputs = Map::new();
+    for &name in p.op.inputs() {
+        let vals: Vec<Value> = p.inputs[name]
+            .iter()
+            .map(|v| Value::String(write_value(v, case.dtype)))
+            .collect();
+        inputs.insert(name.to_string(), Value::Array(vals));
+    }
+    let mut o = Map::new();
+    o.insert("format".into(), json!("bnconf-case/1"));
+    o.insert("id".into(), json!(case.id));
+    o.insert("op".into(), json!(p.op.name()));
+    o.insert("layout".into(), json!(p.geom.layout.name()));
+    o.insert("shape".into(), json!(p.geom.shape));
+    o.insert("dtype".into(), json!(case.dtype.name()));
+    o.insert("eps".into(), json!(case.eps_text));
+    o.insert("eps_exact".into(), json!(spec::exact::fmt_rational(&p.eps)));
+    for (k, v) in &case.extra {
+        o.insert(k.clone(), v.clone());
+    }
+    o.insert("inputs".into(), Value::Object(inputs));
+    Value::Object(o)
+}
+
+/// Correctly rounded hex strings of a vector, in parallel (deterministic order).
+pub fn rounded_hex(vals: &[QSqrt], f: FloatFormat) -> Vec<String> {
+    vals.par_iter().map(|v| round(v, f).to_hex()).collect()
+}
+
+fn provenance() -> Value {
+    json!({"tool": "bnconf", "version": env!("CARGO_PKG_VERSION"), "rounding": "nearest, ties to even; exact"})
+}
+
+/// The golden document with per-element arrays: `exact` plus the given float formats.
+pub fn golden_json(g: &Golden, formats: &[FloatFormat]) -> Value {
+    let mut outs = Map::new();
+    for (&name, vals) in &g.outputs {
+        let mut o = Map::new();
+        o.insert("shape".into(), json!(tensor_shape(&g.case, name)));
+        let exact: Vec<String> = vals.par_iter().map(|v| v.to_string()).collect();
+        o.insert("exact".into(), json!(exact));
+        for &f in formats {
+            o.insert(f.name().into(), json!(rounded_hex(vals, f)));
+        }
+        outs.insert(name.to_string(), Value::Object(o));
+    }
+    let mut ordered = Map::new();
+    for &name in g.case.problem.op.outputs() {
+        ordered.insert(name.to_string(), outs.remove(name).unwrap_or(Value::Null));
+    }
+    json!({"format": "bnconf-golden/1", "case": case_json(&g.case), "outputs": Value::Object(ordered), "provenance": provenance()})
+}
+
+/// `--out-dir` mode: `DIR/<output>.f64.npy`, `DIR/<output>.f32.npy` and `DIR/golden.json`
+/// (without per-element arrays; it names the npy files). Every file is written atomically.
+pub fn write_out_dir(g: &Golden, dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| crate::error::ConfError::io(dir, e))?;
+    let mut outs = Map::new();
+    for &name in g.case.problem.op.outputs() {
+        let vals = &g.outputs[name];
+        let shape = tensor_shape(&g.case, name);
+        let f64s: Vec<f64> = vals
+            .par_iter()
+            .map(|v| round(v, FloatFormat::F64).to_f64())
+            .collect();
+        let f32s: Vec<f32> = vals
+            .par_iter()
+            .map(|v| round(v, FloatFormat::F32).to_f64() as f32)
+            .collect();
+        let (p64, p32) = (format!("{name}.f64.npy"), format!("{name}.f32.npy"));
+        write_npy(&dir.join(&p64), &shape, &NpyData::F64(f64s))?;
+        write_npy(&dir.join(&p32), &shape, &NpyData::F32(f32s))?;
+        outs.insert(
+            name.to_string(),
+            json!({"shape": shape, "f64": p64, "f32": p32}),
+        );
+    }
+    let mut case = case_json(&g.case);
+    case["inputs"] = json!(g.case.problem.op.inputs());
+    let doc = json!({"format": "bnconf-golden/1", "case": case, "outputs": Value::Object(outs), "provenance": provenance()});
+    let text = serde_json::to_string_pretty(&doc).expect("serializable");
+    crate::atomic::write_bytes(&dir.join("golden.json"), format!("{text}\n").as_bytes())
+}
