@@ -736,3 +736,26 @@ fn exact_literal_missing_operator_is_refused() {
     assert!(parse_exact("3sqrt(2)").is_err());
     assert!(parse_exact("1 2*sqrt(2)").is_err());
 }
+
+/// A value with heavy cancellation (a ≈ -b*sqrt(d) to 144 bits) that lies close to an f64
+/// midpoint: found by the MPFR cross-check while its enclosure was wrongly rounded to nearest.
+#[test]
+fn cancellation_near_midpoint() {
+    let v = parse_exact(
+        "2112188172170806584174702925327792628018854455768486779951185/\
+         22300745198530623141535718272648361505980416 + \
+         -31140169007030464/11*sqrt(885414/791)",
+    )
+    .unwrap();
+    let r = assert_oracle(&v, F64);
+    assert_eq!(
+        r.to_rational(),
+        Some(-Rational::new(
+            BigInt::from(7899329414121349u64),
+            BigInt::one() << 198usize
+        ))
+    );
+    for f in ALL {
+        assert_oracle(&v, f);
+    }
+}

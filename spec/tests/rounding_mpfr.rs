@@ -160,12 +160,9 @@ fn check_rational(v: &Rational, f: FloatFormat) {
 
 /// Enclose a + b*sqrt(d) in [lo, hi] at precision `prec`, by directed roundings.
 fn enclose(a: &RugQ, b: &RugQ, d: &RugQ, prec: u32) -> (Float, Float) {
-    let s_lo = Float::with_val_round(
-        prec,
-        Float::with_val_round(prec, d, Round::Down).0.sqrt(),
-        Round::Down,
-    )
-    .0;
+    // (`Float::sqrt` would round to nearest: every step here names its direction.)
+    let d_lo = Float::with_val_round(prec, d, Round::Down).0;
+    let s_lo = Float::with_val_round(prec, d_lo.sqrt_ref(), Round::Down).0;
     let d_hi = Float::with_val_round(prec, d, Round::Up).0;
     let s_hi = Float::with_val_round(prec, d_hi.sqrt_ref(), Round::Up).0;
     let (s_for_lo, s_for_hi) = if b.cmp0() == Ordering::Less {
