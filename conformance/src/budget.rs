@@ -1,0 +1,626 @@
+//! Error budgets: when does a float result conform? (DESIGN §3)
+//!
+//! An output element `i` computed in a dtype with unit roundoff `u` conforms when
+//!
+//! ```text
+//! |computed_i - exact_i|  <=  k(m) * u * (cond_i + mag_i + u * mag2_i)
+//! ```
+//!
+//! i.e. when [`ratio`] (`|computed - exact| / (u * budget)`) is at most [`k_allowance`]`(m)`.
+//!
+//! * **`cond_i`** `= Σ_j |∂out_i/∂in_j| * |in_j|` over every input `j` of the element's channel
+//!   (`x`, `dy`, `gamma`, `beta`, `mean`, `var`, `m2`, `mean_dy`, `mean_dy_xhat`; `eps` is exact):
+//!   the componentwise condition number, i.e. what rounding the inputs alone can do. It is
+//!   computed either exactly from the exact Jacobian ([`Method::Exact`], dual numbers over
+//!   Q(sqrt(q)), O(m²) per channel) or as a closed-form upper bound ([`Method::Bound`], O(m)).
+//! * **`mag_i`**: the magnitude of the summands of the canonical (two-pass, textbook) formula,
+//!   including the propagated rounding of the statistics a kernel has to compute. A stable
+//!   algorithm errs by O(u) times this even where the result cancels. It always bounds
+//!   `|exact_i|`, so a correctly rounded result has ratio ≤ 1 (normal range).
+//! * **`mag2_i`**: a second-order magnitude (only `var` of `forward` has one): the computed
+//!   mean's error `δ` enters the two-pass variance as `δ²`, which no first-order term covers
+//!   (a constant channel has `var = 0`, `cond = mag = 0`, yet `mean((x - fl(mean))²) = δ² > 0`).
+//!
+//! ## The model, per output (one channel; `m` cells; `r = (var+eps)^(-1/2)`, `d = x - mean`,
+//! `h = xhat = d*r`, `X1 = mean|x|`, `A = mean(dy)`, `B = mean(dy*h)`)
+//!
+//! `mag` (the rounding of the canonical formula):
+//!
+//! | output | `mag` |
+//! |---|---|
+//! | forward `y` | `|g*h_i| + |b| + |g|*r*X1` |
+//! | forward `mean` | `X1` |
+//! | forward `var` | `mean(d²)`, plus `mag2 = 4*k(m)*X1²` |
+//! | backward `dx` | `|g|*r*(|dy_i| + mean|dy| + |h_i|*mean|dy*h| + X1*r*(mean|dy*h| + |h_i|*mean|dy|))` |
+//! | backward `dgamma` | `Σ|dy*h| + X1*r*Σ|dy|` |
+//! | `dbeta` | `Σ|dy|` |
+//! | eval `y` | `|g*h_i| + |b|` |
+//! | sync_forward `y` | `|g*h_i| + |b| + |g*h_i|*r²*(|m2| + mean²)/2` |
+//! | sync_backward `dx` | `|g|*r*(|dy_i| + |A| + |h_i*K|) + |g|*r³*(|dy_i| + |A| + 2|h_i*K|)*(|m2| + mean²)/2` |
+//! | sync_backward `dgamma` | `Σ|dy*h| * (1 + r²*(|m2| + mean²)/2)` |
+//!
+//! Reasons: a kernel computes the mean with an error `|δ| <= k*u*X1` (a sum of `|x|`, not of `x`:
+//! DESIGN's `|mean|` is replaced by `X1 >= |mean|`, which is the summation's error bound and
+//! equals `|mean|` on the large-mean data where the term matters). To first order `δ` shifts
+//! every `d` by `-δ`: `y` by `g*r*δ`, `dx` by `g*r²*δ*(B + h_i*A)`, `dgamma` by `r*δ*Σdy`; the
+//! variance only by `δ²` (as `Σd = 0`): `mag2`. For the sync ops the kernel forms
+//! `var = m2 - mean²` with an error `u*(|m2| + mean²)`, propagated by `∂out/∂var` (`cond` alone
+//! does not cover it: the `mean` entry of the Jacobian can cancel). The handed-in statistics of
+//! `eval`/`sync_*` are not recomputed, so they add no mean term. A kernel in the fused form
+//! `y = x*scale + shift` errs by `u*|g|*r*(|x_i| + |mean|) + u*|b|`, which `cond` covers.
+//!
+//! `cond` upper bounds ([`Method::Bound`]) from the Jacobians (`z_j = dy_j - A - h_j*B`,
+//! `w_i = dy_i - A - h_i*K`, `v_i = dy_i - A - 2*h_i*K`, `K = mean_dy_xhat`, `μ = mean`):
+//!
+//! * forward `y`: `∂y_i/∂x_j = g*r*(δ_ij - (1 + h_i*h_j)/m)`, so
+//!   `cond <= |g|*r*(|x_i| + X1 + |h_i|*mean|h*x|) + |g*h_i| + |b|`;
+//!   `mean`: `X1` (exact); `var`: `∂var/∂x_j = 2*d_j/m`, so `2*mean|d*x|` (exact).
+//! * backward `dx`: `∂dx_i/∂dy_j = g*r*(δ_ij - (1 + h_i*h_j)/m)`,
+//!   `∂dx_i/∂x_j = -(g*r²/m)*(h_j*z_i + h_i*z_j + B*(m*δ_ij - 1 - h_i*h_j))`, `∂dx_i/∂g = r*z_i`:
+//!   `cond <= |g|*r*(|dy_i| + mean|dy| + |h_i|*mean|h*dy|) + |g|*r*|z_i|
+//!   + |g|*r²*(|z_i|*mean|h*x| + |h_i|*mean|z*x| + |B|*(|x_i| + X1 + |h_i|*mean|h*x|))`;
+//!   `dgamma`: `∂/∂dy_j = h_j`, `∂/∂x_j = r*z_j`: `Σ|h*dy| + r*Σ|z*x|` (exact); `dbeta`: `Σ|dy|`.
+//! * eval `y` (exact): `|g|*r*(|x_i| + |μ|) + |g*h_i|*(1 + r²*|var|/2) + |b|`.
+//! * sync_forward `y`: `∂y_i/∂μ = g*r*(h_i*r*μ - 1)`, `∂y_i/∂m2 = -g*h_i*r²/2`:
+//!   `cond <= |g|*r*|x_i| + |g|*r*|μ|*(1 + |h_i|*r*|μ|) + |g*h_i| + |b| + |g*h_i|*r²*|m2|/2`.
+//! * sync_backward `dx`: `∂/∂dy_i = g*r`, `∂/∂x_i = -g*r²*K`, `∂/∂g = r*w_i`, `∂/∂A = -g*r`,
+//!   `∂/∂K = -g*r*h_i`, `∂/∂μ = g*r²*(r*μ*w_i + K*(1 - h_i*r*μ))`, `∂/∂m2 = -(g*r³/2)*v_i`:
+//!   the sum of their magnitudes (the `μ` entry by the triangle inequality);
+//!   `dgamma` (exact): `Σ|h*dy| + r*Σ|dy*x| + r*|μ|*|r*μ*Σdy*h - Σdy| + r²*|Σdy*h|*|m2|/2`.
+//!
+//! The bounds are evaluated in f64 midpoint-radius arithmetic (every signed quantity carries a
+//! rigorous error radius, so cancellation in `d`, `z`, `w` cannot make a bound too small), from
+//! f64 approximations of the exact inputs, and multiplied by `1 + 2^-30` for the rounding of
+//! the sums of non-negative terms. `q = var + eps` is exact for `eval`/`sync_*`, and for
+//! `forward`/`backward` taken exactly whenever its f64 enclosure is not tight. Inputs outside
+//! f64's range give infinite budgets. `mag` is always evaluated this way (for both methods).
+
+use num_traits::ToPrimitive;
+use rayon::prelude::*;
+use spec::exact::round::{f64_to_rational, round, FloatFormat};
+use spec::exact::{QSqrt, Rational};
+use spec::num::Dual;
+use spec::op::{channel_op, ChannelIn, Extent, Op, Problem};
+use spec::vjp::jacobian;
+use spec::SpecError;
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
+/// The budget of one output element: the check is
+/// `|computed - exact| <= k * u * (cond + mag + u*mag2)` (see the module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ElementBudget {
+    /// Componentwise condition number `Σ_j |∂out/∂in_j| * |in_j|` (exact, rounded up, or an
+    /// upper bound).
+    pub cond: f64,
+    /// Magnitude of the canonical formula's summands (first order in u).
+    pub mag: f64,
+    /// Second-order magnitude: contributes `u * mag2` to the magnitude (forward `var` only).
+    pub mag2: f64,
+}
+
+impl ElementBudget {
+    /// The magnitude to pass to [`ratio`] in a dtype with unit roundoff `u`: `mag + u*mag2`.
+    pub fn mag_at(&self, u: f64) -> f64 {
+        self.mag + u * self.mag2
+    }
+    /// `cond + mag + u*mag2`: the budget in units of `u`.
+    pub fn total(&self, u: f64) -> f64 {
+        self.cond + self.mag_at(u)
+    }
+    /// [`ratio`] of a computed value against this budget.
+    pub fn ratio(&self, computed: f64, exact: &QSqrt, u: f64) -> f64 {
+        ratio(computed, exact, u, self.cond, self.mag_at(u))
+    }
+}
+
+/// How `cond` is computed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    /// Exact Jacobian by dual numbers over Q(sqrt(q)): O(m²) exact operations per channel.
+    Exact,
+    /// Closed-form upper bounds in f64 midpoint-radius arithmetic: O(m) per channel.
+    Bound,
+}
+
+/// Largest channel size for which [`auto_method`] chooses [`Method::Exact`].
+///
+/// Measured (2 cores, 3 channels, backward): m = 8: 0.3 s, 16: 0.9 s, 32: 4 s, 64: 14 s; the
+/// bounds are within a few percent of the exact values on most elements, so larger channels
+/// use them.
+pub const EXACT_MAX_M: usize = 16;
+
+/// [`Method::Exact`] when the channels have at most [`EXACT_MAX_M`] cells, else [`Method::Bound`].
+pub fn auto_method(problem: &Problem) -> Method {
+    if problem.geom.m <= EXACT_MAX_M {
+        Method::Exact
+    } else {
+        Method::Bound
+    }
+}
+
+/// Unit roundoff `u = 2^-p` of a dtype: f64 `2^-53`, f32 `2^-24`, f16 `2^-11`, bf16 `2^-8`.
+pub fn unit_roundoff(format: FloatFormat) -> f64 {
+    format.unit_roundoff()
+}
+
+/// The allowance `k(m) = 4 + 2*log2(m)` for reduction order: the checker gates on
+/// `ratio <= k(m)`.
+///
+/// Why this size: the error of a sum of m terms is at most `~log2(m) * u * Σ|terms|` for
+/// pairwise (tree) summation, the order numpy, Eigen-style blocked reductions and parallel
+/// reductions use, and a kernel goes through a few such reductions plus O(1) roundings per
+/// element; correct two-pass kernels measured below 1 unit on small cases (DESIGN §3), while
+/// the known defects (one-pass variance, eps twice, a 12-bit rsqrt, half-precision
+/// accumulation) exceed by orders of magnitude more than any `k` here (k(1) = 4,
+/// k(1024) = 24, k(2^20) = 44). A strictly sequential f32 sum over very large channels
+/// (`(m-1)*u` worst case) can exceed `k(m)`; accumulating in a wider type avoids that.
+pub fn k_allowance(m: usize) -> f64 {
+    4.0 + 2.0 * (m.max(1) as f64).log2()
+}
+
+/// `|computed - exact| / (u * (cond + mag))`, the error in units of the budget.
+///
+/// The difference is exact (the computed float is a dyadic rational, subtracted exactly from
+/// the exact value in Q(sqrt(q))) and then rounded to f64, so it is right for huge values and
+/// tiny differences alike. A NaN or infinite `computed` (the exact value is always finite) has
+/// ratio `inf`. With a zero budget (`cond + mag == 0`) the ratio is 0 when `computed` equals
+/// the exact value and `inf` otherwise. An infinite budget gives 0.
+///
+/// For a dtype's correctly rounded exact value in its normal range the ratio is at most
+/// `(ulp/2) / (u*mag) <= 1`, since `ulp/2 <= u*|exact|` and `mag >= |exact|`. No allowance is made for underflow:
+/// results in the dtype's subnormal range belong to the *range* level.
+pub fn ratio(computed: f64, exact: &QSqrt, u: f64, cond: f64, mag: f64) -> f64 {
+    let Some(c) = f64_to_rational(computed) else {
+        return f64::INFINITY;
+    };
+    let diff = exact - &QSqrt::rational(c);
+    if diff.is_zero() {
+        return 0.0;
+    }
+    let budget = cond + mag;
+    if budget.is_nan() || budget <= 0.0 {
+        return f64::INFINITY;
+    }
+    let err = round(&diff.abs(), FloatFormat::F64).to_f64();
+    err / budget / u
+}
+
+/// Budgets of every output element of `problem`, keyed by output name, each in that output's
+/// layout order (like [`Problem::evaluate`]'s outputs). Channels are independent and
+/// evaluated in parallel; the result does not depend on the thread count.
+///
+/// Errors are the reference's own: a channel violating (C1) gets the same error as
+/// [`Problem::evaluate`] reports.
+pub fn budgets(
+    problem: &Problem,
+    method: Method,
+) -> Result<BTreeMap<&'static str, Vec<ElementBudget>>, SpecError> {
+    let g = &problem.geom;
+    let op = problem.op;
+    let names = op.outputs();
+    let per_channel: Vec<Vec<Vec<ElementBudget>>> = (0..g.c)
+        .into_par_iter()
+        .map(|c| {
+            let inp = problem.channel_inputs(c)?;
+            let mut b = bound_channel(op, c, &inp, &problem.eps)?;
+            if method == Method::Exact {
+                let conds = exact_channel_conds(op, c, &inp, &problem.eps)?;
+                for (bo, co) in b.iter_mut().zip(conds) {
+                    for (e, cv) in bo.iter_mut().zip(co) {
+                        e.cond = cv;
+                    }
+                }
+            }
+            Ok(b)
+        })
+        .collect::<Result<_, SpecError>>()?;
+    let mut out = BTreeMap::new();
+    for (o, &name) in names.iter().enumerate() {
+        let v = match Op::extent(name) {
+            Extent::Cells => {
+                let mut v = vec![ElementBudget::default(); g.len()];
+                for (c, ch) in per_channel.iter().enumerate() {
+                    for (k, e) in ch[o].iter().enumerate() {
+                        v[g.offset(c, k)] = *e;
+                    }
+                }
+                v
+            }
+            Extent::Channel => per_channel.iter().map(|ch| ch[o][0]).collect(),
+        };
+        out.insert(name, v);
+    }
+    Ok(out)
+}
+
+/// `budgets` with [`auto_method`].
+pub fn budgets_auto(
+    problem: &Problem,
+) -> Result<BTreeMap<&'static str, Vec<ElementBudget>>, SpecError> {
+    budgets(problem, auto_method(problem))
+}
+
+/// The smallest f64 `>= v` for a non-negative exact `v` (`inf` beyond f64's range).
+pub fn round_up_f64(v: &QSqrt) -> f64 {
+    let r = round(v, FloatFormat::F64);
+    if r.inf {
+        return f64::INFINITY;
+    }
+    let f = r.to_f64();
+    match v.cmp_rational(&f64_to_rational(f).expect("finite")) {
+        Ordering::Greater => next_up(f),
+        _ => f,
+    }
+}
+
+fn next_up(f: f64) -> f64 {
+    if f.is_nan() || f == f64::INFINITY {
+        f
+    } else if f == 0.0 {
+        f64::from_bits(1)
+    } else if f > 0.0 {
+        f64::from_bits(f.to_bits() + 1)
+    } else {
+        f64::from_bits(f.to_bits() - 1)
+    }
+}
+
+/// Exact `cond` of every output element of channel `c` (matrix-view order, outputs in
+/// [`Op::outputs`] order), each rounded up to f64.
+pub fn exact_channel_conds(
+    op: Op,
+    c: usize,
+    inp: &ChannelIn<QSqrt>,
+    eps: &Rational,
+) -> Result<Vec<Vec<f64>>, SpecError> {
+    let mut flat: Vec<QSqrt> = Vec::new();
+    let mut spans: Vec<(&'static str, usize, usize)> = Vec::new();
+    for &name in op.inputs() {
+        let v = &inp.values[name];
+        spans.push((name, flat.len(), v.len()));
+        flat.extend(v.iter().cloned());
+    }
+    let eps_d = Dual::constant(QSqrt::rational(eps.clone()));
+    let f = |duals: &[Dual<QSqrt>]| -> Result<Vec<Dual<QSqrt>>, SpecError> {
+        let values = spans
+            .iter()
+            .map(|&(n, s, l)| (n, duals[s..s + l].to_vec()))
+            .collect();
+        let outs = channel_op(op, c, &ChannelIn { values }, &eps_d)?;
+        Ok(outs.into_iter().flatten().collect())
+    };
+    let jac = jacobian(f, &flat)?;
+    let abs_in: Vec<QSqrt> = flat.iter().map(QSqrt::abs).collect();
+    let rows: Vec<f64> = jac
+        .iter()
+        .map(|row| {
+            let mut s = QSqrt::int(0);
+            for (jij, a) in row.iter().zip(&abs_in) {
+                if !jij.is_zero() && !a.is_zero() {
+                    s = s + jij.abs() * a;
+                }
+            }
+            round_up_f64(&s)
+        })
+        .collect();
+    let m = inp.values["x"].len();
+    let mut out = Vec::new();
+    let mut at = 0;
+    for &name in op.outputs() {
+        let l = match Op::extent(name) {
+            Extent::Cells => m,
+            Extent::Channel => 1,
+        };
+        out.push(rows[at..at + l].to_vec());
+        at += l;
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------
+// f64 midpoint-radius arithmetic
+
+const U64: f64 = f64::EPSILON / 2.0;
+/// Absolute slack for underflow in one operation.
+const TINY: f64 = 4.0 * f64::MIN_POSITIVE * f64::EPSILON;
+/// Final safety factor for the rounding of sums and products of non-negative terms.
+const SAFE: f64 = 1.0 + 1.0 / (1u64 << 30) as f64;
+
+/// A real number known to lie in `[v - e, v + e]`.
+#[derive(Clone, Copy, Debug)]
+struct Iv {
+    v: f64,
+    e: f64,
+}
+
+impl Iv {
+    const ZERO: Iv = Iv { v: 0.0, e: 0.0 };
+    fn add(self, o: Iv) -> Iv {
+        let v = self.v + o.v;
+        Iv {
+            v,
+            e: self.e + o.e + U64 * v.abs() + TINY,
+        }
+    }
+    fn sub(self, o: Iv) -> Iv {
+        self.add(Iv { v: -o.v, e: o.e })
+    }
+    fn mul(self, o: Iv) -> Iv {
+        let v = self.v * o.v;
+        Iv {
+            v,
+            e: self.v.abs() * o.e + o.v.abs() * self.e + self.e * o.e + U64 * v.abs() + TINY,
+        }
+    }
+    fn scale(self, s: f64) -> Iv {
+        // s is exact (a small integer or a power of two times one)
+        self.mul(Iv { v: s, e: 0.0 })
+    }
+    fn div(self, n: f64) -> Iv {
+        let v = self.v / n;
+        Iv {
+            v,
+            e: self.e / n + U64 * v.abs() + TINY,
+        }
+    }
+    /// Upper bound of the absolute value.
+    fn up(self) -> f64 {
+        self.v.abs() + self.e
+    }
+}
+
+fn iv_of(x: &QSqrt) -> Iv {
+    let f = match x.as_rational() {
+        Some(r) => r.to_f64().unwrap_or(f64::NAN),
+        None => round(x, FloatFormat::F64).to_f64(),
+    };
+    if !f.is_finite() {
+        return Iv {
+            v: 0.0,
+            e: f64::INFINITY,
+        };
+    }
+    Iv {
+        v: f,
+        e: 2.0 * U64 * f.abs() + TINY,
+    }
+}
+
+fn sum_iv(v: &[Iv]) -> Iv {
+    if v.len() <= 8 {
+        v.iter().fold(Iv::ZERO, |a, &b| a.add(b))
+    } else {
+        let (l, r) = v.split_at(v.len() / 2);
+        sum_iv(l).add(sum_iv(r))
+    }
+}
+
+fn sum_f(v: impl Iterator<Item = f64>) -> f64 {
+    // Non-negative terms: the relative rounding error (≤ m*u) is covered by SAFE for any
+    // realistic m; pairwise would be tighter but is not needed.
+    let mut s = 0.0;
+    for t in v {
+        s += t;
+    }
+    s
+}
+
+/// `r = q^(-1/2)` as an enclosure, from an enclosure of `q > 0` tight to 2^-20.
+fn rsqrt_iv(q: Iv) -> Option<Iv> {
+    let lo = q.v - q.e;
+    if lo.is_nan() || lo <= 0.0 || q.e > q.v * (1.0 / (1u64 << 20) as f64) || !q.v.is_finite() {
+        return None;
+    }
+    let rv = 1.0 / q.v.sqrt();
+    let rhi = (1.0 / lo.sqrt()) * (1.0 + 8.0 * U64);
+    Some(Iv {
+        v: rv,
+        e: (rhi - rv) + 8.0 * U64 * rv + TINY,
+    })
+}
+
+fn exact_rational(x: &QSqrt) -> Rational {
+    x.as_rational().expect("statistic is rational").clone()
+}
+
+fn c1_error(channel: usize, what: &'static str, q: &Rational) -> SpecError {
+    SpecError::NonPositiveVariance {
+        channel,
+        what,
+        value: spec::exact::fmt_rational(q),
+    }
+}
+
+fn eb(cond: f64, mag: f64) -> ElementBudget {
+    ElementBudget {
+        cond: cond * SAFE,
+        mag: mag * SAFE,
+        mag2: 0.0,
+    }
+}
+
+/// Closed-form `cond` bounds and `mag` of channel `c`, outputs in [`Op::outputs`] order,
+/// cells in matrix-view order.
+fn bound_channel(
+    op: Op,
+    c: usize,
+    inp: &ChannelIn<QSqrt>,
+    eps: &Rational,
+) -> Result<Vec<Vec<ElementBudget>>, SpecError> {
+    let xs = &inp.values["x"];
+    let m = xs.len();
+    let mf = m as f64;
+    let x: Vec<Iv> = xs.iter().map(iv_of).collect();
+    let one = |n: &str| iv_of(&inp.values[n][0]);
+    let cells = |n: &str| -> Vec<Iv> { inp.values[n].iter().map(iv_of).collect() };
+    let eps_q = QSqrt::rational(eps.clone());
+    let eps_iv = iv_of(&eps_q);
+    let ax: Vec<f64> = x.iter().map(|e| e.up()).collect();
+    let x1 = sum_f(ax.iter().copied()) / mf;
+    let zero = Rational::from_integer(0.into());
+
+    // mean and r: computed for forward/backward, handed in (exact q) otherwise.
+    let (mu, r) = match op {
+        Op::Forward | Op::Backward => {
+            let mu = sum_iv(&x).div(mf);
+            let d: Vec<Iv> = x.iter().map(|e| e.sub(mu)).collect();
+            let var = sum_iv(&d.iter().map(|e| e.mul(*e)).collect::<Vec<_>>()).div(mf);
+            match rsqrt_iv(var.add(eps_iv)) {
+                Some(r) => (mu, r),
+                None => {
+                    let (mu_e, var_e) = spec::channel::batch_stats(xs);
+                    let q = exact_rational(&var_e) + eps;
+                    if q <= zero {
+                        return Err(c1_error(c, "var + eps", &q));
+                    }
+                    let r = rsqrt_iv(iv_of(&QSqrt::rational(q))).unwrap_or(Iv {
+                        v: 0.0,
+                        e: f64::INFINITY,
+                    });
+                    (iv_of(&mu_e), r)
+                }
+            }
+        }
+        Op::Eval | Op::SyncForward | Op::SyncBackward => {
+            let mean = exact_rational(&inp.values["mean"][0]);
+            let (q, what) = if op == Op::Eval {
+                (exact_rational(&inp.values["var"][0]) + eps, "var + eps")
+            } else {
+                let m2 = exact_rational(&inp.values["m2"][0]);
+                (m2 - &mean * &mean + eps, "m2 - mean^2 + eps")
+            };
+            if q <= zero {
+                return Err(c1_error(c, what, &q));
+            }
+            let r = rsqrt_iv(iv_of(&QSqrt::rational(q))).unwrap_or(Iv {
+                v: 0.0,
+                e: f64::INFINITY,
+            });
+            (iv_of(&inp.values["mean"][0]), r)
+        }
+    };
+    let ru = r.up();
+    let d: Vec<Iv> = x.iter().map(|e| e.sub(mu)).collect();
+    let h: Vec<Iv> = d.iter().map(|e| e.mul(r)).collect();
+    let ah: Vec<f64> = h.iter().map(|e| e.up()).collect();
+    let hx = sum_f(ah.iter().zip(&ax).map(|(a, b)| a * b)) / mf;
+
+    Ok(match op {
+        Op::Forward => {
+            let (gm, bt) = (one("gamma").up(), one("beta").up());
+            let y = (0..m)
+                .map(|i| {
+                    eb(
+                        gm * ru * (ax[i] + x1 + ah[i] * hx) + gm * ah[i] + bt,
+                        gm * ah[i] + bt + gm * ru * x1,
+                    )
+                })
+                .collect();
+            let ad: Vec<f64> = d.iter().map(|e| e.up()).collect();
+            let dx = sum_f(ad.iter().zip(&ax).map(|(a, b)| a * b)) / mf;
+            let var_mag = sum_f(ad.iter().map(|a| a * a)) / mf;
+            let mut var = eb(2.0 * dx, var_mag);
+            var.mag2 = 4.0 * k_allowance(m) * x1 * x1 * SAFE;
+            vec![y, vec![eb(x1, x1)], vec![var]]
+        }
+        Op::Backward => {
+            let gm = one("gamma").up();
+            let dy = cells("dy");
+            let ady: Vec<f64> = dy.iter().map(|e| e.up()).collect();
+            let a = sum_iv(&dy).div(mf);
+            let dyh: Vec<Iv> = dy.iter().zip(&h).map(|(p, q)| p.mul(*q)).collect();
+            let bb = sum_iv(&dyh).div(mf);
+            let z: Vec<Iv> = (0..m).map(|j| dy[j].sub(a).sub(h[j].mul(bb))).collect();
+            let az: Vec<f64> = z.iter().map(|e| e.up()).collect();
+            let dy1 = sum_f(ady.iter().copied()) / mf;
+            let hdy = sum_f(ah.iter().zip(&ady).map(|(p, q)| p * q)) / mf;
+            let zx = sum_f(az.iter().zip(&ax).map(|(p, q)| p * q)) / mf;
+            let bu = bb.up();
+            let dx = (0..m)
+                .map(|i| {
+                    let cond = gm * ru * (ady[i] + dy1 + ah[i] * hdy)
+                        + gm * ru * az[i]
+                        + gm * ru * ru * (az[i] * hx + ah[i] * zx + bu * (ax[i] + x1 + ah[i] * hx));
+                    let mag =
+                        gm * ru * (ady[i] + dy1 + ah[i] * hdy + x1 * ru * (hdy + ah[i] * dy1));
+                    eb(cond, mag)
+                })
+                .collect();
+            let dgamma = eb(mf * hdy + ru * mf * zx, mf * hdy + x1 * ru * mf * dy1);
+            vec![dx, vec![dgamma], vec![eb(mf * dy1, mf * dy1)]]
+        }
+        Op::Eval => {
+            let (gm, bt) = (one("gamma").up(), one("beta").up());
+            let (muu, vu) = (one("mean").up(), one("var").up());
+            let y = (0..m)
+                .map(|i| {
+                    eb(
+                        gm * ru * (ax[i] + muu) + gm * ah[i] * (1.0 + ru * ru * vu / 2.0) + bt,
+                        gm * ah[i] + bt,
+                    )
+                })
+                .collect();
+            vec![y]
+        }
+        Op::SyncForward => {
+            let (gm, bt) = (one("gamma").up(), one("beta").up());
+            let (muu, m2u) = (one("mean").up(), one("m2").up());
+            let y = (0..m)
+                .map(|i| {
+                    let cond = gm * ru * ax[i]
+                        + gm * ru * muu * (1.0 + ah[i] * ru * muu)
+                        + gm * ah[i]
+                        + bt
+                        + gm * ah[i] * ru * ru * m2u / 2.0;
+                    let mag = gm * ah[i] + bt + gm * ah[i] * ru * ru * (m2u + muu * muu) / 2.0;
+                    eb(cond, mag)
+                })
+                .collect();
+            vec![y]
+        }
+        Op::SyncBackward => {
+            let gm = one("gamma").up();
+            let (muu, m2u) = (one("mean").up(), one("m2").up());
+            let a = one("mean_dy");
+            let k = one("mean_dy_xhat");
+            let (au, ku) = (a.up(), k.up());
+            let dy = cells("dy");
+            let ady: Vec<f64> = dy.iter().map(|e| e.up()).collect();
+            let vs = m2u + muu * muu;
+            let dx = (0..m)
+                .map(|i| {
+                    let hk = h[i].mul(k);
+                    let w = dy[i].sub(a).sub(hk).up();
+                    let v = dy[i].sub(a).sub(hk.scale(2.0)).up();
+                    let cond = gm * ru * ady[i]
+                        + gm * ru * ru * ku * ax[i]
+                        + gm * ru * w
+                        + gm * ru * au
+                        + gm * ru * ah[i] * ku
+                        + gm * ru * ru * (ru * muu * w + ku * (1.0 + ah[i] * ru * muu)) * muu
+                        + gm * ru * ru * ru / 2.0 * v * m2u;
+                    let mag = gm * ru * (ady[i] + au + ah[i] * ku)
+                        + gm * ru * ru * ru * (ady[i] + au + 2.0 * ah[i] * ku) * vs / 2.0;
+                    eb(cond, mag)
+                })
+                .collect();
+            let sdy = sum_iv(&dy);
+            let sdyh = sum_iv(
+                &dy.iter()
+                    .zip(&h)
+                    .map(|(p, q)| p.mul(*q))
+                    .collect::<Vec<_>>(),
+            );
+            let hdy = sum_f(ah.iter().zip(&ady).map(|(p, q)| p * q));
+            let dyx = sum_f(ady.iter().zip(&ax).map(|(p, q)| p * q));
+            let t = r.mul(mu).mul(sdyh).sub(sdy).up();
+            let dgamma = eb(
+                hdy + ru * dyx + ru * muu * t + ru * ru * sdyh.up() * m2u / 2.0,
+                hdy * (1.0 + ru * ru * vs / 2.0),
+            );
+            let s1 = sum_f(ady.iter().copied());
+            vec![dx, vec![dgamma], vec![eb(s1, s1)]]
+        }
+    })
+}
