@@ -84,6 +84,13 @@ pub struct Case {
 
 /// Read a case file.
 pub fn read_case_file(path: &Path, lim: &InputLimits) -> Result<Case> {
+    let v = read_case_json(path, lim)?;
+    let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    parse_case(&v, &base, lim)
+}
+
+/// Read a case file as JSON (size-checked), without interpreting it.
+pub fn read_case_json(path: &Path, lim: &InputLimits) -> Result<Value> {
     let meta = std::fs::metadata(path).map_err(|e| ConfError::io(path, e))?;
     if meta.len() > lim.max_file_bytes {
         return Err(ConfError::io(
@@ -100,8 +107,7 @@ pub fn read_case_file(path: &Path, lim: &InputLimits) -> Result<Case> {
         path: path.display().to_string(),
         msg: e.to_string(),
     })?;
-    let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    parse_case(&v, &base, lim)
+    Ok(v)
 }
 
 fn get_str<'a>(o: &'a serde_json::Map<String, Value>, k: &str) -> Result<&'a str> {
@@ -121,8 +127,28 @@ fn literal(v: &Value) -> Option<String> {
     }
 }
 
-/// Parse a case from JSON; `base` resolves `{"npy": path}` inputs.
-pub fn parse_case(v: &Value, base: &Path, lim: &InputLimits) -> Result<Case> {
+/// The header of a case file: everything but the input values (FORMAT.md fields `format`,
+/// `id`, `op`, `layout`, `shape`, `dtype`, `eps`, plus extra fields kept verbatim).
+#[derive(Clone, Debug)]
+pub struct CaseHeader {
+    /// `id`.
+    pub id: String,
+    /// `op`.
+    pub op: Op,
+    /// Layout and shape.
+    pub geom: Geometry,
+    /// `dtype`.
+    pub dtype: Dtype,
+    /// `eps` as written.
+    pub eps_text: String,
+    /// `eps`, exact.
+    pub eps: Rational,
+    /// Extra fields of the case object kept verbatim (e.g. `level`, `tags`).
+    pub extra: serde_json::Map<String, Value>,
+}
+
+/// Parse and validate the header of a case (no input values are read or converted).
+pub fn parse_header(v: &Value, lim: &InputLimits) -> Result<CaseHeader> {
     let o = v
         .as_object()
         .ok_or_else(|| ConfError::field("(case)", "must be a JSON object"))?;
@@ -202,6 +228,39 @@ pub fn parse_case(v: &Value, base: &Path, lim: &InputLimits) -> Result<Case> {
             format!("must be >= 0, got {eps_text}"),
         ));
     }
+    let mut extra = serde_json::Map::new();
+    for (k, v) in o {
+        if !matches!(
+            k.as_str(),
+            "format" | "id" | "op" | "layout" | "shape" | "dtype" | "eps" | "inputs"
+        ) {
+            extra.insert(k.clone(), v.clone());
+        }
+    }
+    Ok(CaseHeader {
+        id,
+        op,
+        geom,
+        dtype,
+        eps_text,
+        eps,
+        extra,
+    })
+}
+
+/// Parse a case from JSON; `base` resolves `{"npy": path}` inputs.
+pub fn parse_case(v: &Value, base: &Path, lim: &InputLimits) -> Result<Case> {
+    let CaseHeader {
+        id,
+        op,
+        geom,
+        dtype,
+        eps_text,
+        eps,
+        extra,
+    } = parse_header(v, lim)?;
+    let o = v.as_object().expect("checked by parse_header");
+    let shape = geom.shape.clone();
     let inputs_v = o
         .get("inputs")
         .ok_or_else(|| ConfError::field("inputs", "missing"))?;
@@ -243,15 +302,6 @@ pub fn parse_case(v: &Value, base: &Path, lim: &InputLimits) -> Result<Case> {
         inputs.insert(name.to_string(), values);
     }
     let problem = Problem::new(op, geom, eps, inputs)?;
-    let mut extra = serde_json::Map::new();
-    for (k, v) in o {
-        if !matches!(
-            k.as_str(),
-            "format" | "id" | "op" | "layout" | "shape" | "dtype" | "eps" | "inputs"
-        ) {
-            extra.insert(k.clone(), v.clone());
-        }
-    }
     Ok(Case {
         id,
         dtype,
@@ -280,7 +330,7 @@ pub fn to_dtype(field: &str, i: usize, r: Rational, dtype: Dtype) -> Result<QSqr
 }
 
 #[allow(clippy::too_many_arguments)]
-fn read_input(
+pub(crate) fn read_input(
     field: &str,
     val: &Value,
     base: &Path,

@@ -76,7 +76,8 @@ pub fn rounded_hex(vals: &[QSqrt], f: FloatFormat) -> Vec<String> {
     vals.par_iter().map(|v| round(v, f).to_hex()).collect()
 }
 
-fn provenance() -> Value {
+/// The `provenance` object of golden files.
+pub fn provenance() -> Value {
     json!({"tool": "bnconf", "version": env!("CARGO_PKG_VERSION"), "rounding": "nearest, ties to even; exact"})
 }
 

@@ -8,6 +8,11 @@
 pub mod atomic;
 pub mod budget;
 pub mod case;
+pub mod check;
 pub mod error;
+pub mod fast;
 pub mod golden;
 pub mod npy;
+pub mod protocol;
+pub mod report;
+pub mod suite;

@@ -3,8 +3,10 @@
 
 use clap::{Args, Parser, Subcommand};
 use conformance::case::{read_case_file, InputLimits};
+use conformance::check::{self, summarize};
 use conformance::error::ConfError;
 use conformance::golden;
+use conformance::{protocol, report, suite};
 use spec::exact::round::FloatFormat;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -62,7 +64,125 @@ enum Cmd {
         formats: Vec<String>,
         #[command(flatten)]
         limits: LimitArgs,
+        #[command(flatten)]
+        fast: conformance::fast::FastArgs,
     },
+    /// Time the fast exact reference against an f64 kernel and the naive exact path.
+    Bench(conformance::fast::bench::BenchArgs),
+    /// Write a suite into DIR for an outside kernel (the kernel directory protocol).
+    Export {
+        #[command(flatten)]
+        sel: SuiteArgs,
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Judge the outputs a kernel wrote into DIR, or (with --exec) export, run and judge.
+    Check {
+        /// A directory written by `bnconf export` and filled by a kernel.
+        dir: Option<PathBuf>,
+        /// Export the suite to a temporary directory, run `CMD ARGS DIR`, then judge.
+        #[arg(long)]
+        exec: Option<String>,
+        #[command(flatten)]
+        sel: SuiteArgs,
+        #[command(flatten)]
+        out: ReportArgs,
+    },
+    /// Built-in kernels: `--list`, or `NAME DIR` to fill DIR through the protocol.
+    Kernel {
+        /// List the kernels (NAME<TAB>good|known-bad<TAB>description).
+        #[arg(long)]
+        list: bool,
+        /// Kernel name.
+        name: Option<String>,
+        /// Suite directory to fill.
+        dir: Option<PathBuf>,
+    },
+    /// The default suite against every built-in kernel: a table kernel × level.
+    Run {
+        /// Suite (`default` or `extreme`).
+        #[arg(long, default_value = "default")]
+        suite: String,
+        /// Seed.
+        #[arg(long, default_value_t = suite::DEFAULT_SEED)]
+        seed: u64,
+        /// Only these kernels (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        kernels: Vec<String>,
+        /// Print the failing cases of good kernels in detail.
+        #[arg(long)]
+        verbose: bool,
+    },
+}
+
+#[derive(Args, Clone)]
+struct SuiteArgs {
+    /// Suite: `default` (core + conditioning) or `extreme` (range).
+    #[arg(long, default_value = "default")]
+    suite: String,
+    /// dtype of the cases: f32 or f64.
+    #[arg(long, default_value = "f32")]
+    dtype: String,
+    /// Seed of the generator.
+    #[arg(long, default_value_t = suite::DEFAULT_SEED)]
+    seed: u64,
+    /// Only these ops (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    ops: Vec<String>,
+    /// Only these layouts (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    layouts: Vec<String>,
+}
+
+impl SuiteArgs {
+    fn generate(&self) -> Result<(suite::Suite, FloatFormat, suite::Filter), ConfError> {
+        let dtype = FloatFormat::from_name(&self.dtype)
+            .filter(|f| matches!(f, FloatFormat::F32 | FloatFormat::F64))
+            .ok_or_else(|| {
+                ConfError::field(
+                    "--dtype",
+                    format!("{:?}: suites are f32 or f64", self.dtype),
+                )
+            })?;
+        let mut filter = suite::Filter::default();
+        for o in &self.ops {
+            filter.ops.push(
+                spec::Op::from_name(o)
+                    .ok_or_else(|| ConfError::field("--ops", format!("unknown op {o:?}")))?,
+            );
+        }
+        for l in &self.layouts {
+            filter.layouts.push(
+                spec::Layout::from_name(l).ok_or_else(|| {
+                    ConfError::field("--layouts", format!("unknown layout {l:?}"))
+                })?,
+            );
+        }
+        let s = suite::generate(&self.suite, &[dtype], self.seed, &filter).ok_or_else(|| {
+            ConfError::field(
+                "--suite",
+                format!("unknown suite {:?} (default, extreme)", self.suite),
+            )
+        })?;
+        Ok((s, dtype, filter))
+    }
+}
+
+#[derive(Args, Clone)]
+struct ReportArgs {
+    /// Write a machine-readable report (JSON).
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// Write a JUnit XML report.
+    #[arg(long)]
+    junit: Option<PathBuf>,
+    /// Unsupported cases count as not conforming.
+    #[arg(long)]
+    require_all: bool,
+    /// Most failing cases printed in detail.
+    #[arg(long, default_value_t = 20)]
+    max_details: usize,
 }
 
 fn run(cli: Cli) -> Result<ExitCode, ConfError> {
@@ -73,6 +193,7 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
             out_dir,
             formats,
             limits,
+            fast,
         } => {
             let mut fmts = Vec::new();
             for f in &formats {
@@ -82,6 +203,11 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
                         format!("unknown format {f:?} (f64, f32, f16, bf16)"),
                     )
                 })?);
+            }
+            if let Some(dir) = &out_dir {
+                if conformance::fast::golden_cli(&case, &limits.limits(), dir, &fast)? {
+                    return Ok(ExitCode::SUCCESS);
+                }
             }
             let c = read_case_file(&case, &limits.limits())?;
             let g = golden::compute(c)?;
@@ -103,7 +229,222 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Bench(a) => {
+            conformance::fast::bench::cli(&a)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Export { sel, out } => {
+            let (s, dtype, filter) = sel.generate()?;
+            protocol::export(&s, dtype, &filter, &out)?;
+            eprintln!(
+                "bnconf: wrote {} cases of suite {} ({}) to {} ({} excluded as ill-posed)",
+                s.cases.len(),
+                s.name,
+                dtype.name(),
+                out.display(),
+                s.excluded.len()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Check {
+            dir,
+            exec,
+            sel,
+            out,
+        } => cmd_check(dir, exec, sel, out),
+        Cmd::Kernel { list, name, dir } => {
+            if list {
+                for k in kernels::all_kernels() {
+                    let v = match k.verdict() {
+                        kernels::Verdict::Good => "good",
+                        kernels::Verdict::KnownBad => "known-bad",
+                    };
+                    println!("{}\t{v}\t{}", k.name(), k.description());
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            let (Some(name), Some(dir)) = (name, dir) else {
+                return Err(ConfError::field(
+                    "kernel",
+                    "usage: bnconf kernel --list | bnconf kernel NAME DIR",
+                ));
+            };
+            let k = kernels::kernel_by_name(&name).ok_or_else(|| {
+                ConfError::field(
+                    "NAME",
+                    format!("unknown kernel {name:?} (see bnconf kernel --list)"),
+                )
+            })?;
+            let n = protocol::run_kernel_dir(k.as_ref(), &dir)?;
+            eprintln!("bnconf: kernel {name} ran {n} cases in {}", dir.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Run {
+            suite,
+            seed,
+            kernels: only,
+            verbose,
+        } => cmd_run(&suite, seed, &only, verbose),
     }
+}
+
+fn cmd_check(
+    dir: Option<PathBuf>,
+    exec: Option<String>,
+    sel: SuiteArgs,
+    out: ReportArgs,
+) -> Result<ExitCode, ConfError> {
+    let (s, dtype, dir, _tmp) = match (dir, exec) {
+        (Some(d), None) => {
+            let (s, dtype, _) = protocol::regenerate(&d)?;
+            (s, dtype, d, None)
+        }
+        (d, Some(cmd)) => {
+            let (s, dtype, filter) = sel.generate()?;
+            let tmp = match d {
+                Some(d) => d,
+                None => std::env::temp_dir().join(format!("bnconf-check-{}", std::process::id())),
+            };
+            if tmp.exists() {
+                std::fs::remove_dir_all(&tmp).map_err(|e| ConfError::io(&tmp, e))?;
+            }
+            protocol::export(&s, dtype, &filter, &tmp)?;
+            let words: Vec<&str> = cmd.split_whitespace().collect();
+            let Some((prog, args)) = words.split_first() else {
+                return Err(ConfError::field("--exec", "empty command"));
+            };
+            let status = std::process::Command::new(prog)
+                .args(args)
+                .arg(&tmp)
+                .status()
+                .map_err(|e| ConfError::field("--exec", format!("cannot run {prog:?}: {e}")))?;
+            if !status.success() {
+                eprintln!(
+                    "bnconf: warning: `{cmd} {}` exited with {status}; judging what it wrote",
+                    tmp.display()
+                );
+            }
+            (s, dtype, tmp.clone(), Some(TempDir(tmp)))
+        }
+        (None, None) => return Err(ConfError::field("check", "give a suite DIR or --exec CMD")),
+    };
+    let prepared = check::prepare(&s.cases)?;
+    let results: Vec<check::CaseResult> = prepared
+        .iter()
+        .map(|p| protocol::read_outputs(&dir, p))
+        .collect();
+    print!("{}", report::human(&results, &s.cases, out.max_details));
+    if let Some(p) = &out.report {
+        report::write_json(p, &s.name, dtype.name(), &results)?;
+    }
+    if let Some(p) = &out.junit {
+        report::write_junit(p, &s.name, &results)?;
+    }
+    let sm = summarize(&results);
+    let ok = sm.failed == 0 && sm.passed > 0 && !(out.require_all && sm.unsupported > 0);
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// Removes the temporary suite directory of `check --exec` when done.
+struct TempDir(PathBuf);
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn cmd_run(
+    suite_name: &str,
+    seed: u64,
+    only: &[String],
+    verbose: bool,
+) -> Result<ExitCode, ConfError> {
+    let dtypes = [FloatFormat::F32, FloatFormat::F64];
+    let s = suite::generate(suite_name, &dtypes, seed, &suite::Filter::default())
+        .ok_or_else(|| ConfError::field("--suite", format!("unknown suite {suite_name:?}")))?;
+    let levels = suite::suite_levels(suite_name).expect("known suite");
+    let prepared = check::prepare(&s.cases)?;
+    let mut ks = kernels::all_kernels();
+    if !only.is_empty() {
+        for n in only {
+            if kernels::kernel_by_name(n).is_none() {
+                return Err(ConfError::field(
+                    "--kernels",
+                    format!("unknown kernel {n:?}"),
+                ));
+            }
+        }
+        ks.retain(|k| only.iter().any(|n| n == k.name()));
+    }
+    println!("bnconf run: suite {suite_name} (seed {seed}), {} cases ({} excluded as ill-posed), every op × layout in f32 and f64", s.cases.len(), s.excluded.len());
+    println!("cell = verdict and worst ratio |error| / (u·(cond+mag)); conforming when ≤ k(m) = 4 + 2·log2(m)\n");
+    let mut header = format!("{:<26} {:<10}", "kernel", "expected");
+    for l in &levels {
+        for d in &dtypes {
+            header += &format!(" {:>17}", format!("{} {}", l.name(), d.name()));
+        }
+    }
+    println!("{header}  outcome");
+    let mut all_ok = true;
+    let mut details = String::new();
+    for k in &ks {
+        let results = check::run_kernel(k.as_ref(), &prepared);
+        let good = k.verdict() == kernels::Verdict::Good;
+        let mut line = format!(
+            "{:<26} {:<10}",
+            k.name(),
+            if good { "good" } else { "known-bad" }
+        );
+        for l in &levels {
+            for d in &dtypes {
+                let sel: Vec<&check::CaseResult> = results
+                    .iter()
+                    .filter(|r| r.level == *l && r.dtype == d.name())
+                    .collect();
+                let sm = summarize(sel.iter().copied());
+                let v = if sm.failed > 0 {
+                    format!("FAIL({})", sm.failed)
+                } else {
+                    "pass".into()
+                };
+                line += &format!(" {:>17}", format!("{v} {}", report::fmt_ratio(sm.worst)));
+            }
+        }
+        let sm = summarize(&results);
+        let conforms = sm.failed == 0 && sm.passed > 0;
+        let ok = conforms == good;
+        all_ok &= ok;
+        let outcome = match (good, conforms) {
+            (true, true) => "ok: conforms".to_string(),
+            (false, false) => format!("ok: rejected ({} cases)", sm.failed),
+            (true, false) => "UNEXPECTED: good kernel rejected".to_string(),
+            (false, true) => "UNEXPECTED: known-bad kernel passed".to_string(),
+        };
+        println!("{line}  {outcome}");
+        if good && !conforms || verbose && good {
+            details += &report::human(&results, &s.cases, 5);
+        }
+    }
+    if !details.is_empty() {
+        println!("\n{details}");
+    }
+    println!(
+        "\n{}",
+        if all_ok {
+            "bnconf run: every good kernel conforms and every known-bad kernel is rejected"
+        } else {
+            "bnconf run: UNEXPECTED results (see above)"
+        }
+    );
+    Ok(if all_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 fn main() -> ExitCode {

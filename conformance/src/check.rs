@@ -1,0 +1,357 @@
+//! The checker: computed outputs against exact goldens, element by element, with the budget
+//! of DESIGN §3 (`budget`). Expected values always come from the exact reference.
+
+use crate::budget::{self, ElementBudget};
+use crate::suite::{Level, SuiteCase};
+use rayon::prelude::*;
+use serde_json::{json, Value};
+use spec::exact::round::{round, FloatFormat};
+use spec::op::Outputs;
+use spec::QSqrt;
+use std::collections::BTreeMap;
+
+/// A suite case with its exact outputs and budgets, ready to judge any number of kernels.
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    /// The case.
+    pub case: SuiteCase,
+    /// Exact outputs.
+    pub golden: Outputs,
+    /// Budgets per output element.
+    pub budgets: BTreeMap<&'static str, Vec<ElementBudget>>,
+    /// Allowance k(m).
+    pub k: f64,
+}
+
+/// Evaluate goldens and budgets for every case (in parallel; order kept).
+pub fn prepare(cases: &[SuiteCase]) -> Result<Vec<Prepared>, spec::SpecError> {
+    cases
+        .par_iter()
+        .map(|c| {
+            let p = c.problem();
+            let golden = p.evaluate()?;
+            let budgets = budget::budgets_auto(&p)?;
+            Ok(Prepared {
+                k: budget::k_allowance(p.geom.m),
+                case: c.clone(),
+                golden,
+                budgets,
+            })
+        })
+        .collect()
+}
+
+/// The verdict on one case.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Verdict {
+    /// Every output element within budget.
+    Pass,
+    /// Some element over budget (or NaN/inf).
+    Fail,
+    /// The kernel does not implement the case (reason).
+    Unsupported(String),
+    /// An output is missing or malformed (names the file).
+    Malformed(String),
+}
+
+impl Verdict {
+    /// Short name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::Fail => "FAIL",
+            Verdict::Unsupported(_) => "unsupported",
+            Verdict::Malformed(_) => "MALFORMED",
+        }
+    }
+}
+
+/// The worst element of one output.
+#[derive(Clone, Debug)]
+pub struct OutputResult {
+    /// Output name.
+    pub name: String,
+    /// Worst ratio `|err| / (u*(cond+mag))`.
+    pub worst_ratio: f64,
+    /// Index (in the output's layout order) of the worst element.
+    pub index: usize,
+    /// Exact value there.
+    pub expected: String,
+    /// Exact value correctly rounded to f64.
+    pub expected_f64: f64,
+    /// Computed value there.
+    pub actual: f64,
+    /// Budget there.
+    pub budget: ElementBudget,
+    /// Elements over the allowance.
+    pub n_over: usize,
+}
+
+/// The result of one case.
+#[derive(Clone, Debug)]
+pub struct CaseResult {
+    /// Case id.
+    pub id: String,
+    /// Op name.
+    pub op: &'static str,
+    /// Layout name.
+    pub layout: &'static str,
+    /// dtype name.
+    pub dtype: &'static str,
+    /// Level.
+    pub level: Level,
+    /// Data class.
+    pub class: String,
+    /// Verdict.
+    pub verdict: Verdict,
+    /// Worst ratio over all outputs (0 when not judged).
+    pub worst_ratio: f64,
+    /// Allowance k used.
+    pub k: f64,
+    /// Per output.
+    pub outputs: Vec<OutputResult>,
+}
+
+impl Prepared {
+    fn result(&self, verdict: Verdict, outputs: Vec<OutputResult>) -> CaseResult {
+        let worst = outputs.iter().map(|o| o.worst_ratio).fold(0.0, f64::max);
+        let c = &self.case;
+        CaseResult {
+            id: c.id.clone(),
+            op: c.op.name(),
+            layout: c.layout.name(),
+            dtype: c.dtype.name(),
+            level: c.level,
+            class: c.class.clone(),
+            verdict,
+            worst_ratio: worst,
+            k: self.k,
+            outputs,
+        }
+    }
+
+    /// A case the kernel did not run.
+    pub fn unsupported(&self, why: &str) -> CaseResult {
+        self.result(Verdict::Unsupported(why.to_string()), vec![])
+    }
+    /// A case with a missing or malformed output.
+    pub fn malformed(&self, why: &str) -> CaseResult {
+        self.result(Verdict::Malformed(why.to_string()), vec![])
+    }
+
+    /// Judge computed outputs (values of the case dtype, as f64) against the goldens.
+    pub fn judge(&self, computed: &BTreeMap<String, Vec<f64>>) -> CaseResult {
+        let u = self.case.dtype.unit_roundoff();
+        let mut outs = Vec::new();
+        for &name in self.case.op.outputs() {
+            let exact = &self.golden[name];
+            let Some(vals) = computed.get(name) else {
+                return self.malformed(&format!("output `{name}` missing"));
+            };
+            if vals.len() != exact.len() {
+                return self.malformed(&format!(
+                    "output `{name}` has {} values, expected {}",
+                    vals.len(),
+                    exact.len()
+                ));
+            }
+            let b = &self.budgets[name];
+            let ratios: Vec<f64> = (0..vals.len())
+                .into_par_iter()
+                .map(|i| b[i].ratio(vals[i], &exact[i], u))
+                .collect();
+            let mut worst = 0usize;
+            for (i, r) in ratios.iter().enumerate() {
+                if r.is_nan() || *r > ratios[worst] || ratios[worst].is_nan() && !r.is_nan() {
+                    worst = i;
+                }
+            }
+            let n_over = ratios.iter().filter(|r| r.is_nan() || **r > self.k).count();
+            outs.push(OutputResult {
+                name: name.to_string(),
+                worst_ratio: if ratios[worst].is_nan() {
+                    f64::INFINITY
+                } else {
+                    ratios[worst]
+                },
+                index: worst,
+                expected: exact[worst].to_string(),
+                expected_f64: round(&exact[worst], FloatFormat::F64).to_f64(),
+                actual: vals[worst],
+                budget: b[worst],
+                n_over,
+            });
+        }
+        let verdict = if outs.iter().all(|o| o.n_over == 0) {
+            Verdict::Pass
+        } else {
+            Verdict::Fail
+        };
+        self.result(verdict, outs)
+    }
+}
+
+fn short(s: &str) -> String {
+    if s.len() > 120 {
+        format!("{}…", &s[..120])
+    } else {
+        s.to_string()
+    }
+}
+
+impl CaseResult {
+    /// Whether the case conforms.
+    pub fn conforms(&self) -> bool {
+        self.verdict == Verdict::Pass
+    }
+
+    /// Multi-line failure detail: inputs at the worst element, expected, actual, budget.
+    pub fn detail(&self, case: &SuiteCase) -> String {
+        let mut s = format!(
+            "{} [{} {} {} {}]: {}",
+            self.id,
+            self.op,
+            self.layout,
+            self.dtype,
+            self.level.name(),
+            self.verdict.name()
+        );
+        if let Verdict::Malformed(w) | Verdict::Unsupported(w) = &self.verdict {
+            s += &format!(" — {w}");
+        }
+        let u = case.dtype.unit_roundoff();
+        for o in self.outputs.iter().filter(|o| o.n_over > 0) {
+            let inputs: Vec<String> = case
+                .op
+                .inputs()
+                .iter()
+                .filter_map(|&n| {
+                    let v = &case.inputs[n];
+                    let i = if spec::Op::extent(n) == spec::op::Extent::Cells
+                        && spec::Op::extent(&o.name) == spec::op::Extent::Cells
+                    {
+                        o.index
+                    } else {
+                        channel_of(case, &o.name, o.index)
+                    };
+                    v.get(i).map(|x| format!("{n}={x:e}"))
+                })
+                .collect();
+            s += &format!(
+                "\n    {}[{}]: {} elements over; worst ratio {:.3e} > k = {:.1}\n      inputs there: {}\n      expected {} (≈ {:e})\n      actual   {:e} ({})\n      |error| = {:.3e}, budget k·u·(cond+mag) = {:.3e} (u = {:e}, cond = {:.3e}, mag = {:.3e})",
+                o.name,
+                o.index,
+                o.n_over,
+                o.worst_ratio,
+                self.k,
+                inputs.join(", "),
+                short(&o.expected),
+                o.expected_f64,
+                o.actual,
+                hexf(o.actual),
+                (o.actual - o.expected_f64).abs(),
+                self.k * u * o.budget.total(u),
+                u,
+                o.budget.cond,
+                o.budget.mag_at(u)
+            );
+        }
+        s
+    }
+
+    /// JSON record for `--report`.
+    pub fn to_json(&self) -> Value {
+        let outs: Vec<Value> = self
+            .outputs
+            .iter()
+            .map(|o| {
+                json!({"name": o.name, "worst_ratio": num(o.worst_ratio), "index": o.index, "expected": o.expected,
+                       "expected_f64": hexf(o.expected_f64), "actual": hexf(o.actual), "cond": num(o.budget.cond),
+                       "mag": num(o.budget.mag), "mag2": num(o.budget.mag2), "elements_over": o.n_over})
+            })
+            .collect();
+        let reason = match &self.verdict {
+            Verdict::Unsupported(w) | Verdict::Malformed(w) => Value::String(w.clone()),
+            _ => Value::Null,
+        };
+        json!({"id": self.id, "op": self.op, "layout": self.layout, "dtype": self.dtype, "level": self.level.name(),
+               "class": self.class, "verdict": self.verdict.name().to_lowercase(), "reason": reason,
+               "worst_ratio": num(self.worst_ratio), "k": self.k, "outputs": outs})
+    }
+}
+
+fn channel_of(case: &SuiteCase, output: &str, index: usize) -> usize {
+    if spec::Op::extent(output) == spec::op::Extent::Channel {
+        return index;
+    }
+    let g = spec::Geometry::new(case.layout, &case.shape, usize::MAX).expect("valid");
+    (0..g.c)
+        .find(|&c| (0..g.m).any(|k| g.offset(c, k) == index))
+        .unwrap_or(0)
+}
+
+/// A float as a hex string (Python `float.hex` style), or `nan`/`inf`.
+pub fn hexf(x: f64) -> String {
+    match spec::exact::round::f64_to_rational(x) {
+        Some(r) => spec::exact::round::round_rational(&r, FloatFormat::F64).to_hex(),
+        None => format!("{x}"),
+    }
+}
+
+/// A float for JSON: numbers, with `inf`/`nan` as strings.
+pub fn num(x: f64) -> Value {
+    if x.is_finite() {
+        json!(x)
+    } else {
+        json!(x.to_string())
+    }
+}
+
+/// Summary of a set of results.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    /// Cases judged and conforming.
+    pub passed: usize,
+    /// Cases judged and not conforming (incl. malformed).
+    pub failed: usize,
+    /// Unsupported cases.
+    pub unsupported: usize,
+    /// Worst ratio among judged cases.
+    pub worst: f64,
+}
+
+/// Summarise results.
+pub fn summarize<'a>(rs: impl IntoIterator<Item = &'a CaseResult>) -> Summary {
+    let mut s = Summary::default();
+    for r in rs {
+        match r.verdict {
+            Verdict::Pass => s.passed += 1,
+            Verdict::Fail | Verdict::Malformed(_) => s.failed += 1,
+            Verdict::Unsupported(_) => s.unsupported += 1,
+        }
+        if !matches!(r.verdict, Verdict::Unsupported(_)) {
+            s.worst = if r.worst_ratio.is_nan() {
+                f64::INFINITY
+            } else {
+                s.worst.max(r.worst_ratio)
+            };
+        }
+    }
+    s
+}
+
+/// Run a kernel of crate `kernels` on prepared cases, in process.
+pub fn run_kernel(kernel: &dyn kernels::Kernel, prepared: &[Prepared]) -> Vec<CaseResult> {
+    prepared
+        .par_iter()
+        .map(|p| match kernel.run(&p.case.to_kernel_case()) {
+            Ok(out) => p.judge(&out),
+            Err(kernels::Unsupported(why)) => p.unsupported(&why),
+        })
+        .collect()
+}
+
+/// Exact value of a QSqrt rounded to f64 (for display).
+pub fn approx(v: &QSqrt) -> f64 {
+    round(v, FloatFormat::F64).to_f64()
+}

@@ -1,0 +1,884 @@
+//! The fast exact reference: correctly rounded golden vectors at float speed (DESIGN §5).
+//!
+//! Same results as the per-element exact path ([`spec::Problem::evaluate`] followed by
+//! [`spec::exact::round::round`]), bit for bit, for inputs that are binary floats (npy data, or
+//! case values of dtype f32/f64). Method:
+//!
+//! 1. **Exact sums** per channel of `x`, `x²`, `dy`, `dy·x` in a fixed-point superaccumulator
+//!    ([`acc::SuperAcc`]): one pass, no allocation per element.
+//! 2. **Exact per-channel rationals** from those sums (`mean = S1/m`,
+//!    `var = (m S2 − S1²)/m²`, `q = var + eps`, ...). Every cell output of every op is then
+//!    `P + Gd·(dy − A) + Cx·(x − μ)` with per-channel constants, where `Gd` and `Cx` are a
+//!    rational or a rational times `1/sqrt(q)`.
+//! 3. **Per element**, that expression in double-double ([`dd`]) with a rigorous bound
+//!    `err = 2^-95·(|P| + |Gd|(|dy| + |A|) + |Cx|(|x| + |μ|)) + 2^-1000` on the absolute error
+//!    (the operations' own bounds sum to below 2^-100 times the same magnitudes). If the whole
+//!    interval `[v − err, v + err]` rounds to one float, that float is the correctly rounded
+//!    result; otherwise (near a midpoint, near zero, out of range) the element is computed by
+//!    the exact path: its `a + b·sqrt(q)` is built and rounded by `spec` (Ziv's strategy).
+//! 4. Per-channel outputs (`mean`, `var`, `dgamma`, `dbeta`) are built exactly and rounded by
+//!    `spec`.
+//!
+//! Channels run in parallel (rayon); every value is exact or correctly rounded, so the result
+//! cannot depend on the thread count.
+
+pub mod acc;
+pub mod bench;
+pub mod dd;
+
+use crate::case::{parse_header, read_case_json, read_input, CaseHeader, Dtype, InputLimits};
+use crate::error::{ConfError, Result};
+use crate::npy::{read_npy, write_npy, NpyData};
+use acc::SuperAcc;
+use dd::{dd_div_sqrt, dd_of_rational, DD};
+use num_traits::{Signed, Zero};
+use rayon::prelude::*;
+use serde_json::{json, Map, Value};
+use spec::exact::round::{f64_to_rational, round, round_rational, FloatFormat};
+use spec::exact::{fmt_rational, QSqrt, Rational};
+use spec::layout::Layout;
+use spec::op::Extent;
+use spec::{Geometry, Op, Problem, SpecError};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// An element type of cell data (exactly convertible to f64).
+pub trait Cell: Copy + Send + Sync {
+    /// The value as f64 (exact).
+    fn to_f64(self) -> f64;
+}
+impl Cell for f32 {
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+}
+impl Cell for f64 {
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        self
+    }
+}
+
+/// A problem whose inputs are binary floats: cell inputs (`x`, `dy`) as f32 or f64 arrays in
+/// the layout's order, per-channel inputs as f64 values (each exactly the input value).
+#[derive(Clone, Debug)]
+pub struct FastProblem {
+    /// The op.
+    pub op: Op,
+    /// Layout and shape.
+    pub geom: Geometry,
+    /// `eps`, exact.
+    pub eps: Rational,
+    /// `x`.
+    pub x: NpyData,
+    /// `dy` (ops that take it).
+    pub dy: Option<NpyData>,
+    /// Per-channel inputs by name (`gamma`, `beta`, `mean`, ...), length C each.
+    pub chan: BTreeMap<String, Vec<f64>>,
+}
+
+/// Outputs of the fast path: per output name (in [`Op::outputs`] order), the correctly
+/// rounded f64 and f32 values.
+#[derive(Clone, Debug)]
+pub struct FastOutputs {
+    /// `(name, f64 values, f32 values)`.
+    pub outputs: Vec<(&'static str, Vec<f64>, Vec<f32>)>,
+    /// How many elements needed the exact fallback.
+    pub stats: FastStats,
+}
+
+/// Counters of a fast evaluation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FastStats {
+    /// Cell outputs computed.
+    pub elements: u64,
+    /// Of those, computed by the exact path (near a rounding boundary, out of the
+    /// double-double range, or an exact zero).
+    pub fallbacks: u64,
+}
+
+fn promote(d: NpyData) -> NpyData {
+    match d {
+        NpyData::F32(v) => NpyData::F64(v.into_iter().map(|e| e as f64).collect()),
+        d => d,
+    }
+}
+
+impl FastProblem {
+    /// Assemble a problem; checks names and lengths. Mixed f32/f64 cell inputs are stored as f64.
+    pub fn new(
+        op: Op,
+        geom: Geometry,
+        eps: Rational,
+        mut cells: BTreeMap<String, NpyData>,
+        chan: BTreeMap<String, Vec<f64>>,
+    ) -> Result<FastProblem> {
+        for &name in op.inputs() {
+            let (got, want) = match Op::extent(name) {
+                Extent::Cells => (cells.get(name).map(|d| d.len()), geom.len()),
+                Extent::Channel => (chan.get(name).map(|d| d.len()), geom.c),
+            };
+            match got {
+                None => {
+                    return Err(ConfError::field(format!("inputs.{name}"), "missing"));
+                }
+                Some(n) if n != want => {
+                    return Err(ConfError::field(
+                        format!("inputs.{name}"),
+                        format!("expected {want} values, got {n}"),
+                    ))
+                }
+                _ => {}
+            }
+        }
+        if eps.is_negative() {
+            return Err(ConfError::field("eps", "must be >= 0"));
+        }
+        let mut x = cells.remove("x").expect("checked");
+        let mut dy = cells.remove("dy");
+        if let Some(d) = dy.take() {
+            match (&x, &d) {
+                (NpyData::F32(_), NpyData::F64(_)) | (NpyData::F64(_), NpyData::F32(_)) => {
+                    x = promote(x);
+                    dy = Some(promote(d));
+                }
+                _ => dy = Some(d),
+            }
+        }
+        Ok(FastProblem {
+            op,
+            geom,
+            eps,
+            x,
+            dy,
+            chan,
+        })
+    }
+
+    /// The same problem from an exact [`Problem`], if every input is a finite binary64 value
+    /// (always the case for dtypes f64, f32, f16, bf16); cell data stored as f64.
+    pub fn from_problem(p: &Problem) -> Option<FastProblem> {
+        let mut cells = BTreeMap::new();
+        let mut chan = BTreeMap::new();
+        for &name in p.op.inputs() {
+            let vals: Option<Vec<f64>> = p.inputs[name]
+                .iter()
+                .map(|v| v.as_rational().and_then(rational_to_f64_exact))
+                .collect();
+            let vals = vals?;
+            match Op::extent(name) {
+                Extent::Cells => {
+                    cells.insert(name.to_string(), NpyData::F64(vals));
+                }
+                Extent::Channel => {
+                    chan.insert(name.to_string(), vals);
+                }
+            }
+        }
+        FastProblem::new(p.op, p.geom.clone(), p.eps.clone(), cells, chan).ok()
+    }
+}
+
+/// `r` as an f64 if it is exactly one.
+pub fn rational_to_f64_exact(r: &Rational) -> Option<f64> {
+    let rd = round_rational(r, FloatFormat::F64);
+    match rd.to_rational() {
+        Some(v) if &v == r => Some(rd.to_f64()),
+        _ => None,
+    }
+}
+
+fn rat(x: f64) -> Rational {
+    f64_to_rational(x).expect("finite input")
+}
+
+/// Exact per-channel constants: the cell output is
+/// `P + cx_rat·(x − μ) + (gd_r·(dy − A) + cx_irr·(x − μ))/q · sqrt(q)`.
+#[derive(Clone, Debug)]
+struct ExactConst {
+    q: Rational,
+    p: Rational,
+    gd_r: Rational,
+    a: Rational,
+    cx_rat: Rational,
+    cx_irr: Rational,
+    mu: Rational,
+}
+
+/// Double-double images of the constants (`Gd = gd_r/sqrt(q)`, `Cx = cx_rat + cx_irr/sqrt(q)`).
+#[derive(Clone, Copy, Debug)]
+struct DdConst {
+    p: DD,
+    gd: DD,
+    a: DD,
+    cx: DD,
+    mu: DD,
+    p_abs: f64,
+    gd_abs: f64,
+    a_abs: f64,
+    cx_abs: f64,
+    mu_abs: f64,
+    has_d: bool,
+    /// Every constant within `[2^-900, 2^900]` (or zero): the double-double bounds apply.
+    ok: bool,
+}
+
+struct Chan {
+    ex: ExactConst,
+    dd: DdConst,
+    /// Per-channel outputs, exact.
+    outs: Vec<QSqrt>,
+}
+
+/// 2^-95: the relative part of the per-element error bound.
+const ERR_REL: f64 = 2.524354896707238e-29;
+/// 2^-1000: the absolute part (covers underflow in the double-double operations).
+const ERR_ABS: f64 = 9.332636185032189e-302; // 2^-1000
+
+fn in_range(v: f64) -> bool {
+    v == 0.0 || (v.abs() >= 1.2e-271 && v.abs() <= 8.4e270) // ~[2^-900, 2^900]
+}
+
+impl DdConst {
+    fn new(e: &ExactConst, has_d: bool) -> DdConst {
+        let p = dd_of_rational(&e.p);
+        let gd = dd_div_sqrt(&e.gd_r, &e.q);
+        let a = dd_of_rational(&e.a);
+        let cx = if e.cx_irr.is_zero() {
+            dd_of_rational(&e.cx_rat)
+        } else {
+            debug_assert!(e.cx_rat.is_zero());
+            dd_div_sqrt(&e.cx_irr, &e.q)
+        };
+        let mu = dd_of_rational(&e.mu);
+        let ok = [p, gd, a, cx, mu].iter().all(|d| in_range(d.hi));
+        DdConst {
+            p,
+            gd,
+            a,
+            cx,
+            mu,
+            p_abs: p.hi.abs(),
+            gd_abs: gd.hi.abs(),
+            a_abs: a.hi.abs(),
+            cx_abs: cx.hi.abs(),
+            mu_abs: mu.hi.abs(),
+            has_d,
+            ok,
+        }
+    }
+
+    /// The value in double-double and a bound on its absolute error.
+    #[inline(always)]
+    fn approx(&self, x: f64, d: f64) -> (DD, f64) {
+        let t = DD::from_f64(x).add(self.mu.neg());
+        let mut v = self.cx.mul(t).add(self.p);
+        let mut mag = self.cx_abs * (x.abs() + self.mu_abs) + self.p_abs;
+        if self.has_d {
+            let s = DD::from_f64(d).add(self.a.neg());
+            v = v.add(self.gd.mul(s));
+            mag += self.gd_abs * (d.abs() + self.a_abs);
+        }
+        (v, mag * ERR_REL + ERR_ABS)
+    }
+}
+
+impl ExactConst {
+    fn value(&self, x: f64, d: f64) -> QSqrt {
+        let t = rat(x) - &self.mu;
+        let a = &self.p + &self.cx_rat * &t;
+        let b = (&self.gd_r * (rat(d) - &self.a) + &self.cx_irr * &t) / &self.q;
+        QSqrt::new(a, b, self.q.clone())
+    }
+}
+
+/// The correctly rounded f64 of a value known to lie within `err` of `v`, if the
+/// whole interval rounds to one float (and it is normal, not near overflow).
+#[inline(always)]
+pub fn decide_f64(v: DD, err: f64) -> Option<f64> {
+    let h = v.hi;
+    let a = h.abs();
+    if !(a > 9.332636185032189e-302 && a < 1.0715086071862673e301) {
+        return None; // outside [2^-1000, 2^1000] (or NaN)
+    }
+    let bits = a.to_bits();
+    let ef = bits >> 52;
+    let frac = bits & ((1u64 << 52) - 1);
+    let ulp = f64::from_bits((ef - 52) << 52);
+    let below = if frac == 0 { ulp * 0.5 } else { ulp };
+    let half = below * (0.5 - 1.0 / 1099511627776.0); // (1/2)(1 - 2^-39)
+    if v.lo.abs() + err < half {
+        Some(h)
+    } else {
+        None
+    }
+}
+
+/// The correctly rounded f32 of a value known to lie within `err` of `v`, if the whole
+/// interval rounds to one finite non-zero f32.
+#[inline(always)]
+pub fn decide_f32(v: DD, err: f64) -> Option<f32> {
+    let r = v.hi as f32;
+    if !r.is_finite() || r == 0.0 || !err.is_finite() || !v.lo.is_finite() {
+        return None;
+    }
+    let (hs, ls) = if v.hi < 0.0 {
+        (-v.hi, -v.lo)
+    } else {
+        (v.hi, v.lo)
+    };
+    let rb = r.abs().to_bits();
+    let ef = rb >> 23;
+    let frac = rb & 0x7f_ffff;
+    let up = if ef == 0 {
+        1.401298464324817e-45 // 2^-149
+    } else {
+        f64::from_bits(((ef as u64 + 1023 - 127 - 23) as u64) << 52)
+    };
+    let down = if ef > 1 && frac == 0 { up * 0.5 } else { up };
+    let ra = r.abs() as f64;
+    let mid_hi = ra + up * 0.5;
+    let mid_lo = ra - down * 0.5;
+    let dh = hs - mid_hi;
+    let dl = hs - mid_lo;
+    let slack = 1.0 / 562949953421312.0; // 2^-49
+    let err = err * (1.0 + slack);
+    if dh + ls + err + slack * (dh.abs() + ls.abs()) < 0.0
+        && dl + ls - err - slack * (dl.abs() + ls.abs()) > 0.0
+    {
+        Some(r)
+    } else {
+        None
+    }
+}
+
+fn non_positive(c: usize, what: &'static str, q: &Rational) -> ConfError {
+    ConfError::Spec(SpecError::NonPositiveVariance {
+        channel: c,
+        what,
+        value: fmt_rational(q),
+    })
+}
+
+/// The cells of channel `c`: `(start, len, stride)` runs.
+fn for_each_run(g: &Geometry, c: usize, mut f: impl FnMut(usize, usize, usize)) {
+    match g.layout {
+        Layout::Rows | Layout::Flat | Layout::Chw => f(c * g.m, g.m, 1),
+        Layout::Nchw => {
+            for n in 0..g.n {
+                f((n * g.c + c) * g.hw, g.hw, 1)
+            }
+        }
+        Layout::Nhwc => f(c, g.m, g.c),
+    }
+}
+
+#[derive(Default)]
+struct Sums {
+    s1: Rational,
+    s2: Rational,
+    sd: Rational,
+    sdx: Rational,
+}
+
+fn channel_sums<T: Cell>(g: &Geometry, c: usize, x: &[T], dy: Option<&[T]>, want_x: bool) -> Sums {
+    let (mut s1, mut s2, mut sd, mut sdx) = (
+        SuperAcc::new(),
+        SuperAcc::new(),
+        SuperAcc::new(),
+        SuperAcc::new(),
+    );
+    for_each_run(g, c, |start, len, stride| {
+        for k in 0..len {
+            let i = start + k * stride;
+            let xv = x[i].to_f64();
+            if want_x {
+                s1.add(xv);
+                s2.add_product(xv, xv);
+            }
+            if let Some(d) = dy {
+                let dv = d[i].to_f64();
+                sd.add(dv);
+                sdx.add_product(dv, xv);
+            }
+        }
+    });
+    Sums {
+        s1: s1.to_rational(),
+        s2: s2.to_rational(),
+        sd: sd.to_rational(),
+        sdx: sdx.to_rational(),
+    }
+}
+
+fn channel_consts(p: &FastProblem, c: usize, s: &Sums) -> Result<Chan> {
+    let m = Rational::from_integer(p.geom.m.into());
+    let ch = |k: &str| rat(p.chan[k][c]);
+    let zero = Rational::zero();
+    let eps = &p.eps;
+    let positive = |q: &Rational, what| {
+        if q.is_positive() {
+            Ok(())
+        } else {
+            Err(non_positive(c, what, q))
+        }
+    };
+    let batch = || {
+        let mu = &s.s1 / &m;
+        let var = (&s.s2 * &m - &s.s1 * &s.s1) / (&m * &m);
+        (mu, var)
+    };
+    let sync_q = || {
+        let mean = ch("mean");
+        let q = ch("m2") - &mean * &mean + eps;
+        (mean, q)
+    };
+    let (ex, outs) = match p.op {
+        Op::Forward | Op::Eval | Op::SyncForward => {
+            let (mu, q, outs) = match p.op {
+                Op::Forward => {
+                    let (mu, var) = batch();
+                    let q = &var + eps;
+                    positive(&q, "var + eps")?;
+                    let outs = vec![QSqrt::rational(mu.clone()), QSqrt::rational(var)];
+                    (mu, q, outs)
+                }
+                Op::Eval => {
+                    let q = ch("var") + eps;
+                    positive(&q, "var + eps")?;
+                    (ch("mean"), q, vec![])
+                }
+                _ => {
+                    let (mean, q) = sync_q();
+                    positive(&q, "m2 - mean^2 + eps")?;
+                    (mean, q, vec![])
+                }
+            };
+            let ex = ExactConst {
+                q,
+                p: ch("beta"),
+                gd_r: zero.clone(),
+                a: zero.clone(),
+                cx_rat: zero,
+                cx_irr: ch("gamma"),
+                mu,
+            };
+            (ex, outs)
+        }
+        Op::Backward => {
+            let (mu, var) = batch();
+            let q = &var + eps;
+            positive(&q, "var + eps")?;
+            let gamma = ch("gamma");
+            let cov = &s.sdx - &mu * &s.sd; // Σ dy (x − μ)
+            let b = &cov / (&m * &q);
+            let dgamma = QSqrt::new(zero.clone(), &cov / &q, q.clone());
+            let outs = vec![dgamma, QSqrt::rational(s.sd.clone())];
+            let ex = ExactConst {
+                p: zero.clone(),
+                a: &s.sd / &m,
+                cx_rat: zero,
+                cx_irr: -(&gamma * &b),
+                gd_r: gamma,
+                mu,
+                q,
+            };
+            (ex, outs)
+        }
+        Op::SyncBackward => {
+            let (mean, q) = sync_q();
+            positive(&q, "m2 - mean^2 + eps")?;
+            let gamma = ch("gamma");
+            let k = ch("mean_dy_xhat");
+            let cov = &s.sdx - &mean * &s.sd;
+            let dgamma = QSqrt::new(zero.clone(), &cov / &q, q.clone());
+            let outs = vec![dgamma, QSqrt::rational(s.sd.clone())];
+            let ex = ExactConst {
+                p: zero.clone(),
+                a: ch("mean_dy"),
+                cx_rat: -(&gamma * &k) / &q,
+                cx_irr: zero,
+                gd_r: gamma,
+                mu: mean,
+                q,
+            };
+            (ex, outs)
+        }
+    };
+    let has_d = matches!(p.op, Op::Backward | Op::SyncBackward);
+    Ok(Chan {
+        dd: DdConst::new(&ex, has_d),
+        ex,
+        outs,
+    })
+}
+
+/// Elements per parallel work item of the element pass.
+const CHUNK: usize = 1 << 14;
+
+fn progress_bar(len: u64, show: bool) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if show && len >= 1 << 20 && std::io::stderr().is_terminal() {
+        let pb = indicatif::ProgressBar::new(len);
+        pb.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{msg} [{bar:40}] {pos}/{len} elements ({eta})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        pb.set_message("bnconf golden");
+        pb
+    } else {
+        indicatif::ProgressBar::hidden()
+    }
+}
+
+fn run<T: Cell>(p: &FastProblem, x: &[T], dy: Option<&[T]>, show: bool) -> Result<FastOutputs> {
+    let g = &p.geom;
+    let want_x = matches!(p.op, Op::Forward | Op::Backward);
+    let pb = progress_bar(
+        (g.len() as u64) * if want_x || dy.is_some() { 2 } else { 1 },
+        show,
+    );
+    // 1-2. Exact sums and constants, per channel in parallel; the first failing channel
+    // (in channel order) reports, as the exact path does.
+    let chans: Vec<Result<Chan>> = (0..g.c)
+        .into_par_iter()
+        .map(|c| {
+            let s = if want_x || dy.is_some() {
+                let s = channel_sums(g, c, x, dy, want_x);
+                pb.inc(g.m as u64);
+                s
+            } else {
+                Sums::default()
+            };
+            channel_consts(p, c, &s)
+        })
+        .collect();
+    let chans: Vec<Chan> = chans.into_iter().collect::<Result<_>>()?;
+    // 3. Cell outputs.
+    let len = g.len();
+    let mut o64 = vec![0f64; len];
+    let mut o32 = vec![0f32; len];
+    let fallbacks = AtomicU64::new(0);
+    o64.par_chunks_mut(CHUNK)
+        .zip(o32.par_chunks_mut(CHUNK))
+        .enumerate()
+        .for_each(|(ci, (c64, c32))| {
+            let base = ci * CHUNK;
+            let end = base + c64.len();
+            let mut fb = 0u64;
+            let mut i = base;
+            while i < end {
+                let (c, run_end) = match g.layout {
+                    Layout::Rows | Layout::Flat | Layout::Chw => {
+                        let c = i / g.m;
+                        (c, (c + 1) * g.m)
+                    }
+                    Layout::Nchw => {
+                        let b = i / g.hw;
+                        (b % g.c, (b + 1) * g.hw)
+                    }
+                    Layout::Nhwc => (i % g.c, i + 1),
+                };
+                let run_end = run_end.min(end);
+                let ch = &chans[c];
+                let k = &ch.dd;
+                for j in i..run_end {
+                    let xv = x[j].to_f64();
+                    let dv = dy.map_or(0.0, |d| d[j].to_f64());
+                    let (r64, r32) = if k.ok {
+                        let (v, err) = k.approx(xv, dv);
+                        (decide_f64(v, err), decide_f32(v, err))
+                    } else {
+                        (None, None)
+                    };
+                    let (r64, r32) = match (r64, r32) {
+                        (Some(a), Some(b)) => (a, b),
+                        _ => {
+                            fb += 1;
+                            let ex = ch.ex.value(xv, dv);
+                            (
+                                r64.unwrap_or_else(|| round(&ex, FloatFormat::F64).to_f64()),
+                                r32.unwrap_or_else(|| round(&ex, FloatFormat::F32).to_f64() as f32),
+                            )
+                        }
+                    };
+                    c64[j - base] = r64;
+                    c32[j - base] = r32;
+                }
+                i = run_end;
+            }
+            fallbacks.fetch_add(fb, Ordering::Relaxed);
+            pb.inc(c64.len() as u64);
+        });
+    pb.finish_and_clear();
+    // 4. Per-channel outputs.
+    let names = p.op.outputs();
+    let mut outputs = vec![(names[0], o64, o32)];
+    for (k, &name) in names.iter().enumerate().skip(1) {
+        let vals: Vec<&QSqrt> = chans.iter().map(|ch| &ch.outs[k - 1]).collect();
+        let f64s = vals
+            .par_iter()
+            .map(|v| round(v, FloatFormat::F64).to_f64())
+            .collect();
+        let f32s = vals
+            .par_iter()
+            .map(|v| round(v, FloatFormat::F32).to_f64() as f32)
+            .collect();
+        outputs.push((name, f64s, f32s));
+    }
+    Ok(FastOutputs {
+        outputs,
+        stats: FastStats {
+            elements: len as u64,
+            fallbacks: fallbacks.into_inner(),
+        },
+    })
+}
+
+/// Evaluate a problem: correctly rounded f64 and f32 outputs, identical to the exact path.
+/// `progress` shows a bar on stderr for large problems when stderr is a terminal.
+pub fn compute(p: &FastProblem, progress: bool) -> Result<FastOutputs> {
+    match (&p.x, &p.dy) {
+        (NpyData::F32(x), None) => run::<f32>(p, x, None, progress),
+        (NpyData::F64(x), None) => run::<f64>(p, x, None, progress),
+        (NpyData::F32(x), Some(NpyData::F32(d))) => run::<f32>(p, x, Some(d), progress),
+        (NpyData::F64(x), Some(NpyData::F64(d))) => run::<f64>(p, x, Some(d), progress),
+        (x, Some(d)) => {
+            let (x, d) = (promote(x.clone()), promote(d.clone()));
+            match (&x, &d) {
+                (NpyData::F64(x), NpyData::F64(d)) => run::<f64>(p, x, Some(d), progress),
+                _ => unreachable!("promoted"),
+            }
+        }
+    }
+}
+
+/// npy data converted to the case dtype (correct rounding; overflow and non-finite values
+/// are refused with the exact path's messages).
+fn npy_to_dtype(field: &str, data: NpyData, dtype: Dtype) -> Result<NpyData> {
+    let bad = |i: usize, x: f64| {
+        ConfError::field(format!("{field}[{i}]"), format!("non-finite value {x}"))
+    };
+    let check = |v: &[f64]| -> Result<()> {
+        match v.iter().position(|e| !e.is_finite()) {
+            Some(i) => Err(bad(i, v[i])),
+            None => Ok(()),
+        }
+    };
+    match data {
+        NpyData::F32(v) => {
+            if let Some(i) = v.iter().position(|e| !e.is_finite()) {
+                return Err(bad(i, v[i] as f64));
+            }
+            Ok(NpyData::F32(v))
+        }
+        NpyData::F64(v) => {
+            check(&v)?;
+            if dtype == Dtype::Float(FloatFormat::F32) {
+                let mut out = Vec::with_capacity(v.len());
+                for (i, &e) in v.iter().enumerate() {
+                    let r = e as f32;
+                    if !r.is_finite() {
+                        return Err(ConfError::field(
+                            format!("{field}[{i}]"),
+                            "overflows f32 (rounds to infinity)",
+                        ));
+                    }
+                    out.push(r);
+                }
+                Ok(NpyData::F32(out))
+            } else {
+                Ok(NpyData::F64(v))
+            }
+        }
+    }
+}
+
+/// Read a case file for the fast path. `Ok(None)` when the fast path does not apply (dtype
+/// f16/bf16, exact values that are not binary64, a malformed inputs object — the exact path
+/// then reads the case and reports).
+pub fn read_fast_case(path: &Path, lim: &InputLimits) -> Result<Option<(CaseHeader, FastProblem)>> {
+    let v = read_case_json(path, lim)?;
+    let h = parse_header(&v, lim)?;
+    if !matches!(
+        h.dtype,
+        Dtype::Exact | Dtype::Float(FloatFormat::F64) | Dtype::Float(FloatFormat::F32)
+    ) {
+        return Ok(None);
+    }
+    let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let inputs_o = match v.get("inputs") {
+        Some(Value::Object(o)) => o,
+        _ => return Ok(None),
+    };
+    if inputs_o
+        .keys()
+        .any(|k| !h.op.inputs().contains(&k.as_str()))
+    {
+        return Ok(None);
+    }
+    let g = &h.geom;
+    let mut cells = BTreeMap::new();
+    let mut chan = BTreeMap::new();
+    for &name in h.op.inputs() {
+        let field = format!("inputs.{name}");
+        let Some(val) = inputs_o.get(name) else {
+            return Ok(None);
+        };
+        let (want_shape, want_len) = match Op::extent(name) {
+            Extent::Cells => (g.shape.clone(), g.len()),
+            Extent::Channel => (vec![g.c], g.c),
+        };
+        let data = match val {
+            Value::Object(o) if o.contains_key("npy") => {
+                let Some(rel) = o["npy"].as_str() else {
+                    return Ok(None);
+                };
+                let p = base.join(rel);
+                let (shape, data) = read_npy(&p, lim.max_elems)
+                    .map_err(|e| ConfError::field(format!("{field}.npy"), e.to_string()))?;
+                if shape.iter().product::<usize>() != want_len
+                    || (shape != want_shape && shape != [want_len])
+                {
+                    return Err(ConfError::field(
+                        format!("{field}.npy"),
+                        format!("{}: shape {shape:?}, expected {want_shape:?}", p.display()),
+                    ));
+                }
+                npy_to_dtype(&field, data, h.dtype)?
+            }
+            Value::Array(_) => {
+                let vals = read_input(
+                    &field,
+                    val,
+                    &base,
+                    &want_shape,
+                    want_len,
+                    h.dtype,
+                    name == "mean_dy_xhat",
+                    lim,
+                )?;
+                let f: Option<Vec<f64>> = vals
+                    .iter()
+                    .map(|v| v.as_rational().and_then(rational_to_f64_exact))
+                    .collect();
+                match f {
+                    Some(f) => NpyData::F64(f),
+                    None => return Ok(None),
+                }
+            }
+            _ => return Ok(None),
+        };
+        match Op::extent(name) {
+            Extent::Cells => {
+                cells.insert(name.to_string(), data);
+            }
+            Extent::Channel => {
+                let v: Vec<f64> = (0..data.len()).map(|i| data.get(i)).collect();
+                chan.insert(name.to_string(), v);
+            }
+        }
+    }
+    let fp = FastProblem::new(h.op, h.geom.clone(), h.eps.clone(), cells, chan)?;
+    Ok(Some((h, fp)))
+}
+
+/// The case object of an `--out-dir` golden.json (as [`crate::golden::write_out_dir`] writes
+/// it: inputs replaced by their names).
+pub fn case_header_json(h: &CaseHeader) -> Value {
+    let mut o = Map::new();
+    o.insert("format".into(), json!("bnconf-case/1"));
+    o.insert("id".into(), json!(h.id));
+    o.insert("op".into(), json!(h.op.name()));
+    o.insert("layout".into(), json!(h.geom.layout.name()));
+    o.insert("shape".into(), json!(h.geom.shape));
+    o.insert("dtype".into(), json!(h.dtype.name()));
+    o.insert("eps".into(), json!(h.eps_text));
+    o.insert("eps_exact".into(), json!(fmt_rational(&h.eps)));
+    for (k, v) in &h.extra {
+        o.insert(k.clone(), v.clone());
+    }
+    o.insert("inputs".into(), json!(h.op.inputs()));
+    Value::Object(o)
+}
+
+/// Write `DIR/<output>.f64.npy`, `DIR/<output>.f32.npy` and `DIR/golden.json`, exactly as
+/// [`crate::golden::write_out_dir`] does, from fast outputs.
+pub fn write_out_dir(h: &CaseHeader, out: FastOutputs, dir: &Path) -> Result<FastStats> {
+    std::fs::create_dir_all(dir).map_err(|e| ConfError::io(dir, e))?;
+    let mut outs = Map::new();
+    for (name, f64s, f32s) in out.outputs {
+        let shape = match Op::extent(name) {
+            Extent::Cells => h.geom.shape.clone(),
+            Extent::Channel => vec![h.geom.c],
+        };
+        let (p64, p32) = (format!("{name}.f64.npy"), format!("{name}.f32.npy"));
+        write_npy(&dir.join(&p64), &shape, &NpyData::F64(f64s))?;
+        write_npy(&dir.join(&p32), &shape, &NpyData::F32(f32s))?;
+        outs.insert(
+            name.to_string(),
+            json!({"shape": shape, "f64": p64, "f32": p32}),
+        );
+    }
+    let doc = json!({"format": "bnconf-golden/1", "case": case_header_json(h), "outputs": Value::Object(outs), "provenance": crate::golden::provenance()});
+    let text = serde_json::to_string_pretty(&doc).expect("serializable");
+    crate::atomic::write_bytes(&dir.join("golden.json"), format!("{text}\n").as_bytes())?;
+    Ok(out.stats)
+}
+
+/// `bnconf golden CASE --out-dir DIR` by the fast path. `Ok(None)` when the fast path does
+/// not apply (the caller then takes the exact path).
+pub fn golden_out_dir(
+    case: &Path,
+    lim: &InputLimits,
+    dir: &Path,
+    progress: bool,
+) -> Result<Option<FastStats>> {
+    let Some((h, fp)) = read_fast_case(case, lim)? else {
+        return Ok(None);
+    };
+    let out = compute(&fp, progress)?;
+    drop(fp);
+    write_out_dir(&h, out, dir).map(Some)
+}
+
+/// CLI options of the fast path (`bnconf golden ... --out-dir DIR`).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct FastArgs {
+    /// Use the per-element exact path even where the fast path applies (slow; for checking).
+    #[arg(long)]
+    pub exact_path: bool,
+    /// Worker threads (default: RAYON_NUM_THREADS or the number of cores). Results do not
+    /// depend on it.
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+/// Run `f` on a pool of `threads` workers (the global pool when `None`).
+pub fn with_threads<T: Send>(threads: Option<usize>, f: impl FnOnce() -> T + Send) -> Result<T> {
+    match threads {
+        None => Ok(f()),
+        Some(n) => {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .build()
+                .map_err(|e| ConfError::field("--threads", e.to_string()))?;
+            Ok(pool.install(f))
+        }
+    }
+}
+
+/// The `--out-dir` fast path of `bnconf golden`: `Ok(true)` when done, `Ok(false)` when the
+/// caller must take the exact path (disabled, or the case is not one of binary floats).
+pub fn golden_cli(case: &Path, lim: &InputLimits, dir: &Path, args: &FastArgs) -> Result<bool> {
+    if args.exact_path {
+        return Ok(false);
+    }
+    let done = with_threads(args.threads, || golden_out_dir(case, lim, dir, true))??;
+    Ok(done.is_some())
+}

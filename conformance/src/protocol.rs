@@ -1,0 +1,273 @@
+//! The kernel directory protocol (FORMAT.md): export a suite, run a kernel over a directory,
+//! read a kernel's outputs back.
+
+use crate::atomic::write_bytes;
+use crate::check::{CaseResult, Prepared};
+use crate::error::{ConfError, Result};
+use crate::npy::{read_npy, write_npy, NpyData};
+use crate::suite::{self, Filter, Suite, SuiteCase};
+use serde_json::Value;
+use spec::exact::round::FloatFormat;
+use spec::{Layout, Op};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+fn shape_of(c: &SuiteCase, name: &str) -> Vec<usize> {
+    match Op::extent(name) {
+        spec::op::Extent::Cells => c.shape.clone(),
+        spec::op::Extent::Channel => vec![
+            spec::Geometry::new(c.layout, &c.shape, usize::MAX)
+                .expect("valid")
+                .c,
+        ],
+    }
+}
+
+fn npy_of(dtype: FloatFormat, v: &[f64]) -> NpyData {
+    match dtype {
+        FloatFormat::F64 => NpyData::F64(v.to_vec()),
+        _ => NpyData::F32(v.iter().map(|&x| x as f32).collect()),
+    }
+}
+
+/// Write a suite into `dir`: `manifest.json` and, per case, `case.json` and one npy per input.
+pub fn export(s: &Suite, dtype: FloatFormat, filter: &Filter, dir: &Path) -> Result<()> {
+    if !matches!(dtype, FloatFormat::F32 | FloatFormat::F64) {
+        return Err(ConfError::field(
+            "--dtype",
+            "the protocol's npy files are float32 or float64: use f32 or f64",
+        ));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| ConfError::io(dir, e))?;
+    for c in &s.cases {
+        let cd = dir.join(&c.id);
+        std::fs::create_dir_all(&cd).map_err(|e| ConfError::io(&cd, e))?;
+        let text = serde_json::to_string_pretty(&c.protocol_json()).expect("json") + "\n";
+        write_bytes(&cd.join("case.json"), text.as_bytes())?;
+        for (name, v) in &c.inputs {
+            write_npy(
+                &cd.join(format!("{name}.npy")),
+                &shape_of(c, name),
+                &npy_of(dtype, v),
+            )?;
+        }
+    }
+    let text =
+        serde_json::to_string_pretty(&suite::manifest_json(s, dtype, filter)).expect("json") + "\n";
+    write_bytes(&dir.join("manifest.json"), text.as_bytes())
+}
+
+/// What a suite directory's manifest says, regenerated: the suite's cases (never read back
+/// from the directory, so a kernel cannot change what it is judged against).
+pub fn regenerate(dir: &Path) -> Result<(Suite, FloatFormat, Filter)> {
+    let mpath = dir.join("manifest.json");
+    let text = std::fs::read_to_string(&mpath).map_err(|e| ConfError::io(&mpath, e))?;
+    let m: Value = serde_json::from_str(&text).map_err(|e| ConfError::Json {
+        path: mpath.display().to_string(),
+        msg: e.to_string(),
+    })?;
+    let field = |k: &str| {
+        ConfError::field(
+            format!("manifest.json: {k}"),
+            "missing or of the wrong type",
+        )
+    };
+    if m.get("format").and_then(Value::as_str) != Some("bnconf-suite/1") {
+        return Err(ConfError::field(
+            "manifest.json: format",
+            "expected \"bnconf-suite/1\"",
+        ));
+    }
+    let name = m
+        .get("suite")
+        .and_then(Value::as_str)
+        .ok_or_else(|| field("suite"))?;
+    let seed = m
+        .get("seed")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| field("seed"))?;
+    let dtype = m
+        .get("dtype")
+        .and_then(Value::as_str)
+        .and_then(FloatFormat::from_name)
+        .ok_or_else(|| field("dtype"))?;
+    let mut filter = Filter::default();
+    for o in m.get("ops").and_then(Value::as_array).into_iter().flatten() {
+        filter.ops.push(
+            o.as_str()
+                .and_then(Op::from_name)
+                .ok_or_else(|| field("ops"))?,
+        );
+    }
+    for l in m
+        .get("layouts")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        filter.layouts.push(
+            l.as_str()
+                .and_then(Layout::from_name)
+                .ok_or_else(|| field("layouts"))?,
+        );
+    }
+    let s = suite::generate(name, &[dtype], seed, &filter).ok_or_else(|| {
+        ConfError::field("manifest.json: suite", format!("unknown suite {name:?}"))
+    })?;
+    let listed: Vec<&str> = m
+        .get("cases")
+        .and_then(Value::as_array)
+        .ok_or_else(|| field("cases"))?
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let ours: Vec<&str> = s.cases.iter().map(|c| c.id.as_str()).collect();
+    if listed != ours {
+        return Err(ConfError::field("manifest.json: cases", format!("do not match suite {name:?} (seed {seed}, {}) as this bnconf generates it: the directory was edited or written by another version", dtype.name())));
+    }
+    Ok((s, dtype, filter))
+}
+
+/// Read a kernel's outputs for one case from `DIR/<id>/out/`.
+pub fn read_outputs(dir: &Path, p: &Prepared) -> CaseResult {
+    let c = &p.case;
+    let out = dir.join(&c.id).join("out");
+    let unsup = out.join("unsupported");
+    if unsup.exists() {
+        let why = std::fs::read_to_string(&unsup).unwrap_or_default();
+        let why = if why.trim().is_empty() {
+            "kernel reported unsupported".to_string()
+        } else {
+            why.trim().to_string()
+        };
+        return p.unsupported(&why);
+    }
+    let mut computed = BTreeMap::new();
+    for &name in c.op.outputs() {
+        let path = out.join(format!("{name}.npy"));
+        let rel = format!("{}/out/{name}.npy", c.id);
+        if !path.exists() {
+            return p.malformed(&format!("{rel}: missing"));
+        }
+        let want = shape_of(c, name);
+        let (shape, data) = match read_npy(&path, want.iter().product::<usize>().max(1)) {
+            Ok(v) => v,
+            Err(e) => {
+                return p.malformed(&format!(
+                    "{rel}: {}",
+                    e.to_string().rsplit(": ").next().unwrap_or("unreadable")
+                ))
+            }
+        };
+        if shape != want {
+            return p.malformed(&format!("{rel}: shape {shape:?}, expected {want:?}"));
+        }
+        let ok_dtype = matches!(
+            (&data, c.dtype),
+            (NpyData::F32(_), FloatFormat::F32) | (NpyData::F64(_), FloatFormat::F64)
+        );
+        if !ok_dtype {
+            let got = if matches!(data, NpyData::F32(_)) {
+                "float32"
+            } else {
+                "float64"
+            };
+            return p.malformed(&format!(
+                "{rel}: dtype {got}, expected the case dtype {}",
+                c.dtype.name()
+            ));
+        }
+        computed.insert(
+            name.to_string(),
+            (0..data.len()).map(|i| data.get(i)).collect::<Vec<f64>>(),
+        );
+    }
+    p.judge(&computed)
+}
+
+/// `bnconf kernel NAME DIR`: run a built-in kernel over every case of a suite directory,
+/// reading `case.json` and the input npy files, writing `out/<output>.npy` (or
+/// `out/unsupported`). Returns the number of cases run.
+pub fn run_kernel_dir(kernel: &dyn kernels::Kernel, dir: &Path) -> Result<usize> {
+    let mut ids: Vec<String> = Vec::new();
+    let rd = std::fs::read_dir(dir).map_err(|e| ConfError::io(dir, e))?;
+    for e in rd.flatten() {
+        if e.path().join("case.json").is_file() {
+            ids.push(e.file_name().to_string_lossy().into_owned());
+        }
+    }
+    ids.sort();
+    for id in &ids {
+        let cd = dir.join(id);
+        let cpath = cd.join("case.json");
+        let text = std::fs::read_to_string(&cpath).map_err(|e| ConfError::io(&cpath, e))?;
+        let v: Value = serde_json::from_str(&text).map_err(|e| ConfError::Json {
+            path: cpath.display().to_string(),
+            msg: e.to_string(),
+        })?;
+        let get = |k: &str| {
+            v.get(k)
+                .and_then(Value::as_str)
+                .ok_or_else(|| ConfError::field(format!("{}: {k}", cpath.display()), "missing"))
+        };
+        let op = kernels::Op::from_name(get("op")?)
+            .ok_or_else(|| ConfError::field(format!("{}: op", cpath.display()), "unknown"))?;
+        let layout = kernels::Layout::from_name(get("layout")?)
+            .ok_or_else(|| ConfError::field(format!("{}: layout", cpath.display()), "unknown"))?;
+        let dtype = kernels::Dtype::from_name(get("dtype")?)
+            .ok_or_else(|| ConfError::field(format!("{}: dtype", cpath.display()), "unknown"))?;
+        let shape: Vec<usize> = v
+            .get("shape")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|d| d.as_u64().map(|d| d as usize))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let eps = v
+            .get("eps")
+            .and_then(Value::as_f64)
+            .ok_or_else(|| ConfError::field(format!("{}: eps", cpath.display()), "missing"))?;
+        let mut inputs = BTreeMap::new();
+        for name in op.inputs() {
+            let (_, data) = read_npy(&cd.join(format!("{name}.npy")), 1 << 28)?;
+            inputs.insert(
+                name.to_string(),
+                (0..data.len()).map(|i| data.get(i)).collect::<Vec<f64>>(),
+            );
+        }
+        let case = kernels::Case {
+            op,
+            layout,
+            shape: shape.clone(),
+            dtype,
+            eps,
+            inputs,
+        };
+        let out = cd.join("out");
+        std::fs::create_dir_all(&out).map_err(|e| ConfError::io(&out, e))?;
+        match kernel.run(&case) {
+            Ok(res) => {
+                let (c, _, _) = kernels::channel_cells(layout, &shape)
+                    .map_err(|e| ConfError::field("shape", e))?;
+                for (name, vals) in res {
+                    let sh = if kernels::is_cell_array(&name) {
+                        shape.clone()
+                    } else {
+                        vec![c]
+                    };
+                    let data = match dtype {
+                        kernels::Dtype::F64 => NpyData::F64(vals),
+                        _ => NpyData::F32(vals.iter().map(|&x| x as f32).collect()),
+                    };
+                    write_npy(&out.join(format!("{name}.npy")), &sh, &data)?;
+                }
+            }
+            Err(kernels::Unsupported(why)) => {
+                write_bytes(&out.join("unsupported"), why.as_bytes())?
+            }
+        }
+    }
+    Ok(ids.len())
+}

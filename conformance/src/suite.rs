@@ -1,0 +1,783 @@
+//! Suites: adversarial cases generated deterministically from a seed (DESIGN §3).
+//!
+//! A suite is a list of [`SuiteCase`]s, each tagged with its level (*core*, *conditioning*,
+//! *range*) and the data class it targets. `default` = core + conditioning; `extreme` =
+//! range. Every case covers one op × layout × dtype. Cases that are ill-posed in their dtype
+//! (a relative perturbation of `u` of one input can move `var + eps` by half of itself) are
+//! detected exactly and left out of the suite (reported in the manifest).
+//!
+//! The random stream is SplitMix64 and only IEEE +, −, × (no libm), so a seed gives the same
+//! bytes on every machine and with every crate version.
+
+use crate::case::{Case, Dtype};
+use serde_json::{json, Value};
+use spec::exact::round::{f64_to_rational, FloatFormat};
+use spec::exact::QSqrt;
+use spec::{Geometry, Layout, Op, Problem, Rational};
+use std::collections::BTreeMap;
+
+/// What a case exercises (DESIGN §3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Level {
+    /// Well-scaled data.
+    Core,
+    /// Large mean / small variance, constant channels, var ≈ eps, sparse, tiny m, far statistics.
+    Conditioning,
+    /// Squares or sums that overflow or underflow the dtype.
+    Range,
+}
+
+impl Level {
+    /// All levels.
+    pub const ALL: [Level; 3] = [Level::Core, Level::Conditioning, Level::Range];
+    /// Name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Core => "core",
+            Level::Conditioning => "conditioning",
+            Level::Range => "range",
+        }
+    }
+    /// Parse.
+    pub fn from_name(s: &str) -> Option<Level> {
+        Level::ALL.into_iter().find(|l| l.name() == s)
+    }
+}
+
+/// A generated case: inputs are f64 values exactly representable in `dtype`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SuiteCase {
+    /// Unique id: `op.layout.dtype.class`.
+    pub id: String,
+    /// Level.
+    pub level: Level,
+    /// Data class (what the case targets), e.g. `large-mean-1e4`.
+    pub class: String,
+    /// One line saying what the class targets.
+    pub target: String,
+    /// dtype.
+    pub dtype: FloatFormat,
+    /// Op.
+    pub op: Op,
+    /// Layout.
+    pub layout: Layout,
+    /// Shape.
+    pub shape: Vec<usize>,
+    /// eps as an exact decimal string.
+    pub eps: String,
+    /// Inputs by name, in the layout's order (cells) or `[C]`.
+    pub inputs: BTreeMap<String, Vec<f64>>,
+}
+
+impl SuiteCase {
+    /// The exact problem (inputs are exact dyadic values of the dtype).
+    pub fn problem(&self) -> Problem {
+        let geom =
+            Geometry::new(self.layout, &self.shape, usize::MAX).expect("generated shape is valid");
+        let eps = spec::exact::parse::parse_rational(&self.eps).expect("generated eps is valid");
+        let inputs = self
+            .inputs
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    v.iter()
+                        .map(|&x| QSqrt::rational(f64_to_rational(x).expect("finite")))
+                        .collect(),
+                )
+            })
+            .collect();
+        Problem::new(self.op, geom, eps, inputs).expect("generated case is valid")
+    }
+
+    /// As a [`Case`] of the harness.
+    pub fn to_case(&self) -> Case {
+        let mut extra = serde_json::Map::new();
+        extra.insert("level".into(), json!(self.level.name()));
+        extra.insert("class".into(), json!(self.class));
+        extra.insert("target".into(), json!(self.target));
+        Case {
+            id: self.id.clone(),
+            dtype: Dtype::Float(self.dtype),
+            eps_text: self.eps.clone(),
+            problem: self.problem(),
+            extra,
+        }
+    }
+
+    /// The case for a float kernel of crate `kernels`.
+    pub fn to_kernel_case(&self) -> kernels::Case {
+        kernels::Case {
+            op: kernels::Op::from_name(self.op.name()).expect("same op names"),
+            layout: kernels::Layout::from_name(self.layout.name()).expect("same layout names"),
+            shape: self.shape.clone(),
+            dtype: kernels::Dtype::from_name(self.dtype.name()).expect("same dtype names"),
+            eps: self.eps.parse::<f64>().expect("decimal eps"),
+            inputs: self.inputs.clone(),
+        }
+    }
+
+    /// `case.json` of the kernel directory protocol (FORMAT.md).
+    pub fn protocol_json(&self) -> Value {
+        let eps_num: serde_json::Number =
+            serde_json::from_str(&self.eps).expect("eps is a JSON number literal");
+        json!({
+            "format": "bnconf-case/1",
+            "id": self.id,
+            "op": self.op.name(),
+            "layout": self.layout.name(),
+            "shape": self.shape,
+            "dtype": self.dtype.name(),
+            "eps": eps_num,
+            "eps_exact": spec::exact::fmt_rational(&spec::exact::parse::parse_rational(&self.eps).expect("valid")),
+            "inputs": self.op.inputs(),
+            "outputs": self.op.outputs(),
+            "level": self.level.name(),
+            "class": self.class,
+            "target": self.target,
+        })
+    }
+}
+
+/// SplitMix64: a tiny, fixed, portable generator.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// Seeded generator.
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [0, 1) with 53 random bits.
+    pub fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+    /// Uniform in [a, b).
+    pub fn range(&mut self, a: f64, b: f64) -> f64 {
+        a + (b - a) * self.uniform()
+    }
+    /// Approximately standard normal (Irwin–Hall of 4 uniforms, scaled): no libm.
+    pub fn normal(&mut self) -> f64 {
+        (self.uniform() + self.uniform() + self.uniform() + self.uniform() - 2.0)
+            * 1.732_050_807_568_877_2
+    }
+    /// Integer in [0, n).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+    /// Derive an independent stream for a label.
+    pub fn fork(&self, label: &str) -> Rng {
+        let mut h = self.0 ^ 0xCBF2_9CE4_8422_2325;
+        for b in label.bytes() {
+            h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01B3);
+        }
+        Rng(h)
+    }
+}
+
+/// Round an f64 to the dtype (correctly: `as f32` rounds to nearest even).
+pub fn to_dtype(x: f64, f: FloatFormat) -> f64 {
+    match f {
+        FloatFormat::F64 => x,
+        FloatFormat::F32 => x as f32 as f64,
+        FloatFormat::F16 | FloatFormat::BF16 => {
+            let r = spec::exact::round::round_rational(&f64_to_rational(x).expect("finite"), f);
+            r.to_f64()
+        }
+    }
+}
+
+/// A data class: how a channel's cells and parameters are drawn.
+#[derive(Clone, Debug)]
+struct Class {
+    name: String,
+    level: Level,
+    target: &'static str,
+    /// Per channel: (mean, std) of the cells.
+    center: fn(&mut Rng, FloatFormat, f64) -> (f64, f64),
+    /// Extra scale parameter for the class (ratio mu/sigma, magnitude, ...).
+    param: f64,
+    eps: &'static str,
+    /// Cell transform: `Plain`, sparse, integer, constant.
+    kind: Kind,
+    /// Shape per layout.
+    shape: ShapeKind,
+    /// Handed-in statistics far from the batch's (eval, sync).
+    far_stats: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    Plain,
+    Sparse,
+    Integer,
+    Constant,
+    PerSampleMeans,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum ShapeKind {
+    Small,
+    SingleCell,
+    C1,
+    C65,
+    Batch1,
+}
+
+fn shape_for(layout: Layout, k: ShapeKind) -> Vec<usize> {
+    // (N, C, H, W) per kind, mapped onto the layout
+    let (n, c, h, w) = match k {
+        ShapeKind::Small => (2, 3, 3, 4),
+        ShapeKind::SingleCell => (1, 3, 1, 1),
+        ShapeKind::C1 => (3, 1, 4, 4),
+        ShapeKind::C65 => (2, 65, 1, 3),
+        ShapeKind::Batch1 => (1, 2, 4, 5),
+    };
+    match layout {
+        Layout::Rows | Layout::Flat => vec![c, n * h * w],
+        Layout::Chw => vec![c, n * h, w],
+        Layout::Nchw => vec![n, c, h, w],
+        Layout::Nhwc => vec![n, h, w, c],
+    }
+}
+
+fn classes(dtype: FloatFormat, level_filter: &[Level]) -> Vec<Class> {
+    let f32ish = dtype != FloatFormat::F64;
+    let mut v = vec![
+        Class {
+            name: "gaussian".into(),
+            level: Level::Core,
+            target: "well-scaled data, mean 0, std 1",
+            center: |_, _, _| (0.0, 1.0),
+            param: 0.0,
+            eps: "1e-5",
+            kind: Kind::Plain,
+            shape: ShapeKind::Small,
+            far_stats: false,
+        },
+        Class {
+            name: "offset".into(),
+            level: Level::Core,
+            target: "well-scaled data with per-channel mean and std",
+            center: |r, _, _| (r.range(-3.0, 3.0), r.range(0.5, 2.0)),
+            param: 0.0,
+            eps: "1e-5",
+            kind: Kind::Plain,
+            shape: ShapeKind::Small,
+            far_stats: false,
+        },
+        Class {
+            name: "batch1".into(),
+            level: Level::Core,
+            target: "N = 1",
+            center: |r, _, _| (r.range(-1.0, 1.0), 1.0),
+            param: 0.0,
+            eps: "1e-5",
+            kind: Kind::Plain,
+            shape: ShapeKind::Batch1,
+            far_stats: false,
+        },
+        Class {
+            name: "c1".into(),
+            level: Level::Core,
+            target: "a single channel (C = 1)",
+            center: |_, _, _| (0.5, 2.0),
+            param: 0.0,
+            eps: "1e-3",
+            kind: Kind::Plain,
+            shape: ShapeKind::C1,
+            far_stats: false,
+        },
+    ];
+    let ratios: &[f64] = if f32ish {
+        &[1e2, 1e3, 1e4]
+    } else {
+        &[1e3, 1e6, 1e8]
+    };
+    for &r in ratios {
+        v.push(Class {
+            name: format!("large-mean-{r:e}"),
+            level: Level::Conditioning,
+            target: "large mean, small variance (mean/std as named)",
+            center: |rng, _, p| (p * rng.range(1.0, 4.0), 1.0),
+            param: r,
+            eps: "1e-5",
+            kind: Kind::Plain,
+            shape: ShapeKind::Small,
+            far_stats: false,
+        });
+    }
+    v.extend([
+        Class {
+            name: "constant".into(),
+            level: Level::Conditioning,
+            target: "constant channels (var = 0), eps = 1e-5",
+            center: |r, _, _| (r.range(-4.0, 4.0), 0.0),
+            param: 0.0,
+            eps: "1e-5",
+            kind: Kind::Constant,
+            shape: ShapeKind::Small,
+            far_stats: false,
+        },
+        Class {
+            name: "constant-eps1e-3".into(),
+            level: Level::Conditioning,
+            target: "constant channels with a larger eps",
+            center: |r, _, _| (r.range(100.0, 200.0), 0.0),
+            param: 0.0,
+            eps: "1e-3",
+            kind: Kind::Constant,
+            shape: ShapeKind::Small,
+            far_stats: false,
+        },
+        Class {
+            name: "var-near-eps".into(),
+            level: Level::Conditioning,
+            target: "variance about eps (eps-placement bugs)",
+            center: |r, _, _| (r.range(-1.0, 1.0), 0.003),
+            param: 0.0,
+            eps: "1e-5",
+            kind: Kind::Plain,
+            shape: ShapeKind::Small,
+            far_stats: false,
+        },
+        Class {
+            name: "eps-large".into(),
+            level: Level::Conditioning,
+            target: "eps = 0.1, comparable to the variance",
+            center: |_, _, _| (0.0, 0.3),
+            param: 0.0,
+            eps: "0.1",
+            kind: Kind::Plain,
+            shape: ShapeKind::Small,
+            far_stats: false,
+        },
+        Class {
+            name: "single-cell".into(),
+            level: Level::Conditioning,
+            target: "one cell per channel (m = 1), eps > 0",
+            center: |r, _, _| (r.range(-2.0, 2.0), 1.0),
+            param: 0.0,
+            eps: "1e-3",
+            kind: Kind::Plain,
+            shape: ShapeKind::SingleCell,
+            far_stats: false,
+        },
+        Class {
+            name: "sample-means".into(),
+            level: Level::Conditioning,
+            target: "N > 1 with different per-sample means",
+            center: |_, _, _| (0.0, 0.5),
+            param: 0.0,
+            eps: "1e-5",
+            kind: Kind::PerSampleMeans,
+            shape: ShapeKind::Small,
+            far_stats: false,
+        },
+        Class {
+            name: "c65".into(),
+            level: Level::Conditioning,
+            target: "odd channel count C = 65, m = 6",
+            center: |r, _, _| (r.range(-2.0, 2.0), r.range(0.1, 3.0)),
+            param: 0.0,
+            eps: "1e-5",
+            kind: Kind::Plain,
+            shape: ShapeKind::C65,
+            far_stats: false,
+        },
+        Class {
+            name: "sparse".into(),
+            level: Level::Conditioning,
+            target: "sparse data (about 80% zeros)",
+            center: |_, _, _| (0.0, 1.0),
+            param: 0.0,
+            eps: "1e-5",
+            kind: Kind::Sparse,
+            shape: ShapeKind::Small,
+            far_stats: false,
+        },
+        Class {
+            name: "integer".into(),
+            level: Level::Conditioning,
+            target: "small integer data",
+            center: |_, _, _| (0.0, 5.0),
+            param: 0.0,
+            eps: "1e-5",
+            kind: Kind::Integer,
+            shape: ShapeKind::Small,
+            far_stats: false,
+        },
+        Class {
+            name: "far-stats".into(),
+            level: Level::Conditioning,
+            target: "handed-in statistics far from the batch's (eval, sync)",
+            center: |r, _, _| (r.range(-2.0, 2.0), 1.0),
+            param: 0.0,
+            eps: "1e-5",
+            kind: Kind::Plain,
+            shape: ShapeKind::Small,
+            far_stats: true,
+        },
+    ]);
+    let (big, small) = if f32ish {
+        (1e19, 1e-21)
+    } else {
+        (1e160, 1e-165)
+    };
+    v.extend([
+        Class {
+            name: "huge".into(),
+            level: Level::Range,
+            target: "squares overflow the dtype",
+            center: |r, _, p| (p * r.range(-1.0, 1.0), p),
+            param: big,
+            eps: "1e-5",
+            kind: Kind::Plain,
+            shape: ShapeKind::Small,
+            far_stats: false,
+        },
+        Class {
+            name: "tiny".into(),
+            level: Level::Range,
+            target: "squares underflow the dtype (eps = 0)",
+            center: |r, _, p| (p * r.range(-1.0, 1.0), p),
+            param: small,
+            eps: "0",
+            kind: Kind::Plain,
+            shape: ShapeKind::Small,
+            far_stats: false,
+        },
+    ]);
+    v.retain(|c| level_filter.contains(&c.level));
+    v
+}
+
+/// Names of the suites.
+pub const SUITES: [&str; 2] = ["default", "extreme"];
+
+/// Levels of a named suite.
+pub fn suite_levels(name: &str) -> Option<Vec<Level>> {
+    match name {
+        "default" => Some(vec![Level::Core, Level::Conditioning]),
+        "extreme" => Some(vec![Level::Range]),
+        _ => None,
+    }
+}
+
+/// Default seed of the suites.
+pub const DEFAULT_SEED: u64 = 20261129;
+
+/// A generated suite: cases plus those left out as ill-posed.
+#[derive(Clone, Debug)]
+pub struct Suite {
+    /// Suite name.
+    pub name: String,
+    /// Seed.
+    pub seed: u64,
+    /// Gating cases.
+    pub cases: Vec<SuiteCase>,
+    /// `(id, reason)` of generated cases excluded as ill-posed in their dtype.
+    pub excluded: Vec<(String, String)>,
+}
+
+/// Filters applied to a suite.
+#[derive(Clone, Debug, Default)]
+pub struct Filter {
+    /// Only these ops (all if empty).
+    pub ops: Vec<Op>,
+    /// Only these layouts (all if empty).
+    pub layouts: Vec<Layout>,
+}
+
+/// Generate suite `name` for the dtypes given.
+pub fn generate(name: &str, dtypes: &[FloatFormat], seed: u64, filter: &Filter) -> Option<Suite> {
+    let levels = suite_levels(name)?;
+    let root = Rng::new(seed);
+    let mut cases = Vec::new();
+    let mut excluded = Vec::new();
+    for &dtype in dtypes {
+        for class in classes(dtype, &levels) {
+            for op in Op::ALL {
+                let handed_in = matches!(op, Op::Eval | Op::SyncForward | Op::SyncBackward);
+                if (!filter.ops.is_empty() && !filter.ops.contains(&op))
+                    || (class.far_stats && !handed_in)
+                {
+                    continue;
+                }
+                for layout in Layout::ALL {
+                    if !filter.layouts.is_empty() && !filter.layouts.contains(&layout) {
+                        continue;
+                    }
+                    let id = format!(
+                        "{}.{}.{}.{}",
+                        op.name(),
+                        layout.name(),
+                        dtype.name(),
+                        class.name
+                    );
+                    let mut rng = root.fork(&id);
+                    let case = make_case(&mut rng, id.clone(), &class, dtype, op, layout);
+                    match ill_posed(&case) {
+                        Some(why) => excluded.push((id, why)),
+                        None => cases.push(case),
+                    }
+                }
+            }
+        }
+    }
+    Some(Suite {
+        name: name.to_string(),
+        seed,
+        cases,
+        excluded,
+    })
+}
+
+fn make_case(
+    rng: &mut Rng,
+    id: String,
+    class: &Class,
+    dtype: FloatFormat,
+    op: Op,
+    layout: Layout,
+) -> SuiteCase {
+    let shape = shape_for(layout, class.shape);
+    let geom = Geometry::new(layout, &shape, usize::MAX).expect("valid");
+    let (c, m) = (geom.c, geom.m);
+    // The batch this case is a shard of: R shards (R = 2 for sync ops, shard 0 is this case).
+    let shards = if matches!(op, Op::SyncForward | Op::SyncBackward) {
+        2
+    } else {
+        1
+    };
+    let centers: Vec<(f64, f64)> = (0..c)
+        .map(|_| (class.center)(rng, dtype, class.param))
+        .collect();
+    let cell = |rng: &mut Rng, ch: usize, k: usize| -> f64 {
+        let (mu, sd) = centers[ch];
+        let z = rng.normal();
+        let v = match class.kind {
+            Kind::Plain => mu + sd * z,
+            Kind::Sparse => {
+                if rng.below(5) == 0 {
+                    mu + sd * z
+                } else {
+                    0.0
+                }
+            }
+            Kind::Integer => ((rng.below(17) as i64) - 8) as f64,
+            Kind::Constant => mu,
+            Kind::PerSampleMeans => {
+                let n = k / geom.hw;
+                mu + 5.0 * n as f64 + sd * z
+            }
+        };
+        to_dtype(v, dtype)
+    };
+    // Matrix view: all shards' cells, channel-major.
+    let mut xs: Vec<Vec<f64>> = vec![Vec::with_capacity(m * shards); c];
+    let mut dys: Vec<Vec<f64>> = vec![Vec::with_capacity(m * shards); c];
+    for _ in 0..shards {
+        for ch in 0..c {
+            for k in 0..m {
+                xs[ch].push(cell(rng, ch, k));
+                dys[ch].push(to_dtype(rng.normal(), dtype));
+            }
+        }
+    }
+    let mut inputs = BTreeMap::new();
+    let to_layout = |mat: &Vec<Vec<f64>>| -> Vec<f64> {
+        let mut out = vec![0.0; c * m];
+        for (ch, row) in mat.iter().enumerate() {
+            for k in 0..m {
+                out[geom.offset(ch, k)] = row[k];
+            }
+        }
+        out
+    };
+    for &name in op.inputs() {
+        let v: Vec<f64> = match name {
+            "x" => to_layout(&xs),
+            "dy" => to_layout(&dys),
+            "gamma" => (0..c)
+                .map(|_| {
+                    to_dtype(
+                        if rng.below(4) == 0 {
+                            -rng.range(0.5, 2.0)
+                        } else {
+                            rng.range(0.5, 2.0)
+                        },
+                        dtype,
+                    )
+                })
+                .collect(),
+            "beta" => (0..c)
+                .map(|_| to_dtype(rng.range(-1.0, 1.0), dtype))
+                .collect(),
+            _ => continue,
+        };
+        inputs.insert(name.to_string(), v);
+    }
+    // Handed-in statistics.
+    let eps = spec::exact::parse::parse_rational(class.eps).expect("valid eps");
+    match op {
+        Op::Eval => {
+            let (mut mean, mut var) = (Vec::new(), Vec::new());
+            for ch in 0..c {
+                let row: Vec<QSqrt> = xs[ch][..m].iter().map(|&x| q(x)).collect();
+                let (mu, v) = spec::channel::batch_stats(&row);
+                let (mu, v) = (round_q(&mu, dtype), round_q(&v, dtype));
+                if class.far_stats {
+                    let sd = centers[ch].1.max(1e-3);
+                    mean.push(to_dtype(mu + 3.0 * sd * rng.range(-1.0, 1.0), dtype));
+                    var.push(to_dtype(v * rng.range(0.25, 4.0) + sd * sd * 0.5, dtype));
+                } else {
+                    mean.push(mu);
+                    var.push(v);
+                }
+            }
+            inputs.insert("mean".into(), mean);
+            inputs.insert("var".into(), var);
+        }
+        Op::SyncForward | Op::SyncBackward => {
+            // All-reduced statistics of the whole batch (all shards), exact, then in the dtype.
+            let (mut mean, mut m2, mut mdy, mut mdyx) =
+                (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            for ch in 0..c {
+                let all: Vec<QSqrt> = xs[ch].iter().map(|&x| q(x)).collect();
+                let n = QSqrt::int(all.len() as i64);
+                let mut s1 = QSqrt::int(0);
+                let mut s2 = QSqrt::int(0);
+                for v in &all {
+                    s1 = s1 + v;
+                    s2 = s2 + &(v * v);
+                }
+                let (mut mu, mut e2) = (round_q(&(&s1 / &n), dtype), round_q(&(&s2 / &n), dtype));
+                if class.far_stats {
+                    let sd = centers[ch].1.max(1e-3);
+                    mu = to_dtype(mu + 2.0 * sd, dtype);
+                    e2 = to_dtype(
+                        e2 + 4.0 * sd * sd * rng.range(1.0, 2.0) + 4.0 * sd * (mu - 2.0 * sd).abs(),
+                        dtype,
+                    );
+                }
+                mean.push(mu);
+                m2.push(e2);
+                if op == Op::SyncBackward {
+                    let (muq, m2q, epsq) = (q(mu), q(e2), QSqrt::rational(eps.clone()));
+                    let var = spec::channel::sync_var(&muq, &m2q);
+                    let qq = &var + &epsq;
+                    let (a, k) = if qq.signum() > 0 {
+                        let r = spec::channel::inv_std(&var, &epsq);
+                        let mut sdy = QSqrt::int(0);
+                        let mut sdyx = QSqrt::int(0);
+                        for (xv, &dv) in all.iter().zip(&dys[ch]) {
+                            let d = q(dv);
+                            sdy = sdy + &d;
+                            sdyx = sdyx + &(&d * &(&(xv - &muq) * &r));
+                        }
+                        (round_q(&(&sdy / &n), dtype), round_q(&(&sdyx / &n), dtype))
+                    } else {
+                        (0.0, 0.0)
+                    };
+                    mdy.push(a);
+                    mdyx.push(k);
+                }
+            }
+            inputs.insert("mean".into(), mean);
+            inputs.insert("m2".into(), m2);
+            if op == Op::SyncBackward {
+                inputs.insert("mean_dy".into(), mdy);
+                inputs.insert("mean_dy_xhat".into(), mdyx);
+            }
+        }
+        _ => {}
+    }
+    SuiteCase {
+        id,
+        level: class.level,
+        class: class.name.clone(),
+        target: class.target.to_string(),
+        dtype,
+        op,
+        layout,
+        shape,
+        eps: class.eps.to_string(),
+        inputs,
+    }
+}
+
+fn q(x: f64) -> QSqrt {
+    QSqrt::rational(f64_to_rational(x).expect("finite"))
+}
+
+fn round_q(v: &QSqrt, f: FloatFormat) -> f64 {
+    spec::exact::round::round(v, f).to_f64()
+}
+
+/// Whether a case is ill-posed in its dtype (DESIGN §3), decided exactly: with
+/// `cond_q = Σ_j |∂q/∂in_j|·|in_j|` the sensitivity of `q = var + eps` (per channel) to
+/// relative perturbations of the inputs, the case is ill-posed when `u·cond_q ≥ q/2`, or
+/// when `q ≤ 0` (undefined). Returns the reason.
+pub fn ill_posed(case: &SuiteCase) -> Option<String> {
+    let p = case.problem();
+    let u = Rational::new(
+        1.into(),
+        num_bigint::BigInt::from(1u8) << case.dtype.precision(),
+    );
+    let eps = QSqrt::rational(p.eps.clone());
+    for c in 0..p.geom.c {
+        let inp = p.channel_inputs(c).ok()?;
+        let one = |k: &str| inp.values[k][0].clone();
+        let (qv, cond) = match case.op {
+            Op::Forward | Op::Backward => {
+                let x = &inp.values["x"];
+                let (mu, var) = spec::channel::batch_stats(x);
+                let m = QSqrt::int(x.len() as i64);
+                let mut s = QSqrt::int(0);
+                for v in x {
+                    s = s + &(&(v - &mu).abs() * &v.abs());
+                }
+                (&var + &eps, &(&QSqrt::int(2) * &s) / &m)
+            }
+            Op::Eval => (&one("var") + &eps, one("var").abs()),
+            Op::SyncForward | Op::SyncBackward => {
+                let (mu, m2) = (one("mean"), one("m2"));
+                let var = spec::channel::sync_var(&mu, &m2);
+                (&var + &eps, &m2.abs() + &(&QSqrt::int(2) * &(&mu * &mu)))
+            }
+        };
+        if qv.signum() <= 0 {
+            return Some(format!("channel {c}: var + eps = {} <= 0", qv));
+        }
+        let lhs = &QSqrt::rational(u.clone()) * &cond;
+        let rhs = &qv / &QSqrt::int(2);
+        if (&lhs - &rhs).signum() >= 0 {
+            return Some(format!("channel {c}: u*cond(var+eps) >= (var+eps)/2"));
+        }
+    }
+    None
+}
+
+/// The suite's manifest (`bnconf-suite/1`).
+pub fn manifest_json(s: &Suite, dtype: FloatFormat, filter: &Filter) -> Value {
+    json!({
+        "format": "bnconf-suite/1",
+        "suite": s.name,
+        "seed": s.seed,
+        "dtype": dtype.name(),
+        "ops": filter.ops.iter().map(|o| o.name()).collect::<Vec<_>>(),
+        "layouts": filter.layouts.iter().map(|l| l.name()).collect::<Vec<_>>(),
+        "cases": s.cases.iter().map(|c| c.id.clone()).collect::<Vec<_>>(),
+        "excluded": s.excluded.iter().map(|(id, why)| json!({"id": id, "reason": why})).collect::<Vec<_>>(),
+        "generator": {"tool": "bnconf", "version": env!("CARGO_PKG_VERSION")},
+    })
+}
