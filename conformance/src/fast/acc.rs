@@ -53,16 +53,19 @@ impl SuperAcc {
         }
     }
 
-    /// Add `±m * 2^e` (`m < 2^106`, `EMIN <= e <= 1942`).
-    #[inline(always)]
-    fn add_raw(&mut self, m: u128, e: i32, neg: bool) {
-        if m == 0 {
-            return;
-        }
-        if self.count >= NORMALISE_EVERY {
+    /// Make room for `n <= 2^30` further additions before the next [`SuperAcc::reserve`].
+    #[inline]
+    pub fn reserve(&mut self, n: u32) {
+        debug_assert!(n <= NORMALISE_EVERY);
+        if self.count + n > NORMALISE_EVERY {
             self.normalise();
         }
-        self.count += 1;
+        self.count += n;
+    }
+
+    /// Add `±m * 2^e` (`m < 2^106`, `EMIN <= e <= 1942`); room reserved.
+    #[inline(always)]
+    fn add_raw(&mut self, m: u128, e: i32, neg: bool) {
         let pos = (e - EMIN) as u32;
         let idx = (pos >> 5) as usize;
         let sh = pos & 31;
@@ -87,9 +90,29 @@ impl SuperAcc {
         }
     }
 
+    /// Add a finite f64 exactly (room reserved by [`SuperAcc::reserve`]).
+    #[inline(always)]
+    pub fn add_reserved(&mut self, x: f64) {
+        let (m, e) = decompose(x);
+        self.add_raw(m as u128, e, x.is_sign_negative());
+    }
+
+    /// Add the exact product of two finite f64 (room reserved by [`SuperAcc::reserve`]).
+    #[inline(always)]
+    pub fn add_product_reserved(&mut self, x: f64, y: f64) {
+        let (mx, ex) = decompose(x);
+        let (my, ey) = decompose(y);
+        self.add_raw(
+            mx as u128 * my as u128,
+            ex + ey,
+            x.is_sign_negative() != y.is_sign_negative(),
+        );
+    }
+
     /// Add a finite f64 exactly.
     #[inline(always)]
     pub fn add(&mut self, x: f64) {
+        self.reserve(1);
         let (m, e) = decompose(x);
         self.add_raw(m as u128, e, x.is_sign_negative());
     }
@@ -97,6 +120,7 @@ impl SuperAcc {
     /// Add the exact product `x * y` of two finite f64 values.
     #[inline(always)]
     pub fn add_product(&mut self, x: f64, y: f64) {
+        self.reserve(1);
         let (mx, ex) = decompose(x);
         let (my, ey) = decompose(y);
         self.add_raw(

@@ -2,9 +2,9 @@
 //! stated per operation, and conversions from exact rationals with a proven relative error.
 //!
 //! Bounds used by the caller (u = 2^-53, no underflow or overflow):
-//! - [`DD::add`]: `|result - (a + b)| <= 2^-104 (|a| + |b|)` (accurate sum, no relative
+//! - `DD + DD`: `|result - (a + b)| <= 2^-104 (|a| + |b|)` (accurate sum, no relative
 //!   guarantee under cancellation, but an absolute one in the operands' magnitudes);
-//! - [`DD::mul`]: `|result - a b| <= 2^-102 |a b|`;
+//! - `DD * DD`: `|result - a b| <= 2^-102 |a b|`;
 //! - [`dd_of_rational`], [`dd_sqrt_ratio`]: relative error at most 2^-104.
 //!
 //! Underflow adds at most a few units of 2^-1074 per operation, which the caller covers with
@@ -61,15 +61,6 @@ impl DD {
         DD { hi: x, lo: 0.0 }
     }
 
-    /// `a + b`.
-    #[inline(always)]
-    pub fn add(self, b: DD) -> DD {
-        let (s, e) = two_sum(self.hi, b.hi);
-        let e = e + (self.lo + b.lo);
-        let (hi, lo) = two_sum(s, e);
-        DD { hi, lo }
-    }
-
     /// `a + b` for an f64 `b`.
     #[inline(always)]
     pub fn add_f64(self, b: f64) -> DD {
@@ -78,19 +69,37 @@ impl DD {
         let (hi, lo) = two_sum(s, e);
         DD { hi, lo }
     }
+}
 
+impl std::ops::Add for DD {
+    type Output = DD;
+    /// `a + b`.
+    #[inline(always)]
+    fn add(self, b: DD) -> DD {
+        let (s, e) = two_sum(self.hi, b.hi);
+        let e = e + (self.lo + b.lo);
+        let (hi, lo) = two_sum(s, e);
+        DD { hi, lo }
+    }
+}
+
+impl std::ops::Neg for DD {
+    type Output = DD;
     /// `-a`.
     #[inline(always)]
-    pub fn neg(self) -> DD {
+    fn neg(self) -> DD {
         DD {
             hi: -self.hi,
             lo: -self.lo,
         }
     }
+}
 
+impl std::ops::Mul for DD {
+    type Output = DD;
     /// `a * b`.
     #[inline(always)]
-    pub fn mul(self, b: DD) -> DD {
+    fn mul(self, b: DD) -> DD {
         let (p, e) = two_prod(self.hi, b.hi);
         let e = e + (self.hi * b.lo + self.lo * b.hi);
         let (hi, lo) = two_sum(p, e);
@@ -218,8 +227,8 @@ mod tests {
         let b = dd_of_rational(&Rational::new((-2).into(), 7.into()));
         let ea = dd_to_rational(a);
         let eb = dd_to_rational(b);
-        let s = dd_to_rational(a.add(b));
-        let p = dd_to_rational(a.mul(b));
+        let s = dd_to_rational(a + b);
+        let p = dd_to_rational(a * b);
         let es = (&s - (&ea + &eb)).abs() / (ea.abs() + eb.abs());
         let ep = (&p - &ea * &eb).abs() / (&ea * &eb).abs();
         assert!(es.to_f64().unwrap() <= 2f64.powi(-104));

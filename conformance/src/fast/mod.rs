@@ -273,12 +273,12 @@ impl DdConst {
     /// The value in double-double and a bound on its absolute error.
     #[inline(always)]
     fn approx(&self, x: f64, d: f64) -> (DD, f64) {
-        let t = DD::from_f64(x).add(self.mu.neg());
-        let mut v = self.cx.mul(t).add(self.p);
+        let t = DD::from_f64(x) + -self.mu;
+        let mut v = self.cx * t + self.p;
         let mut mag = self.cx_abs * (x.abs() + self.mu_abs) + self.p_abs;
         if self.has_d {
-            let s = DD::from_f64(d).add(self.a.neg());
-            v = v.add(self.gd.mul(s));
+            let s = DD::from_f64(d) + -self.a;
+            v = v + self.gd * s;
             mag += self.gd_abs * (d.abs() + self.a_abs);
         }
         (v, mag * ERR_REL + ERR_ABS)
@@ -335,7 +335,7 @@ pub fn decide_f32(v: DD, err: f64) -> Option<f32> {
     let up = if ef == 0 {
         1.401298464324817e-45 // 2^-149
     } else {
-        f64::from_bits(((ef as u64 + 1023 - 127 - 23) as u64) << 52)
+        f64::from_bits((ef as u64 + 1023 - 127 - 23) << 52)
     };
     let down = if ef > 1 && frac == 0 { up * 0.5 } else { up };
     let ra = r.abs() as f64;
@@ -390,18 +390,31 @@ fn channel_sums<T: Cell>(g: &Geometry, c: usize, x: &[T], dy: Option<&[T]>, want
         SuperAcc::new(),
         SuperAcc::new(),
     );
+    const PIECE: usize = 1 << 20;
     for_each_run(g, c, |start, len, stride| {
-        for k in 0..len {
-            let i = start + k * stride;
-            let xv = x[i].to_f64();
+        for k0 in (0..len).step_by(PIECE) {
+            let k1 = (k0 + PIECE).min(len);
+            let n = (k1 - k0) as u32;
             if want_x {
-                s1.add(xv);
-                s2.add_product(xv, xv);
+                s1.reserve(n);
+                s2.reserve(n);
             }
-            if let Some(d) = dy {
-                let dv = d[i].to_f64();
-                sd.add(dv);
-                sdx.add_product(dv, xv);
+            if dy.is_some() {
+                sd.reserve(n);
+                sdx.reserve(n);
+            }
+            for k in k0..k1 {
+                let i = start + k * stride;
+                let xv = x[i].to_f64();
+                if want_x {
+                    s1.add_reserved(xv);
+                    s2.add_product_reserved(xv, xv);
+                }
+                if let Some(d) = dy {
+                    let dv = d[i].to_f64();
+                    sd.add_reserved(dv);
+                    sdx.add_product_reserved(dv, xv);
+                }
             }
         }
     });
@@ -537,6 +550,7 @@ fn progress_bar(len: u64, show: bool) -> indicatif::ProgressBar {
 }
 
 fn run<T: Cell>(p: &FastProblem, x: &[T], dy: Option<&[T]>, show: bool) -> Result<FastOutputs> {
+    let timer = Timer::new();
     let g = &p.geom;
     let want_x = matches!(p.op, Op::Forward | Op::Backward);
     let pb = progress_bar(
@@ -559,6 +573,7 @@ fn run<T: Cell>(p: &FastProblem, x: &[T], dy: Option<&[T]>, show: bool) -> Resul
         })
         .collect();
     let chans: Vec<Chan> = chans.into_iter().collect::<Result<_>>()?;
+    timer.lap("exact sums and per-channel constants");
     // 3. Cell outputs.
     let len = g.len();
     let mut o64 = vec![0f64; len];
@@ -616,6 +631,7 @@ fn run<T: Cell>(p: &FastProblem, x: &[T], dy: Option<&[T]>, show: bool) -> Resul
             pb.inc(c64.len() as u64);
         });
     pb.finish_and_clear();
+    timer.lap("elements (double-double + Ziv test)");
     // 4. Per-channel outputs.
     let names = p.op.outputs();
     let mut outputs = vec![(names[0], o64, o32)];
@@ -818,8 +834,13 @@ pub fn write_out_dir(h: &CaseHeader, out: FastOutputs, dir: &Path) -> Result<Fas
             Extent::Channel => vec![h.geom.c],
         };
         let (p64, p32) = (format!("{name}.f64.npy"), format!("{name}.f32.npy"));
-        write_npy(&dir.join(&p64), &shape, &NpyData::F64(f64s))?;
-        write_npy(&dir.join(&p32), &shape, &NpyData::F32(f32s))?;
+        // The two files of an output are written concurrently (each atomically).
+        let (r64, r32) = rayon::join(
+            || write_npy(&dir.join(&p64), &shape, &NpyData::F64(f64s)),
+            || write_npy(&dir.join(&p32), &shape, &NpyData::F32(f32s)),
+        );
+        r64?;
+        r32?;
         outs.insert(
             name.to_string(),
             json!({"shape": shape, "f64": p64, "f32": p32}),
@@ -839,12 +860,38 @@ pub fn golden_out_dir(
     dir: &Path,
     progress: bool,
 ) -> Result<Option<FastStats>> {
+    let t = Timer::new();
     let Some((h, fp)) = read_fast_case(case, lim)? else {
         return Ok(None);
     };
+    t.lap("read case and npy inputs");
     let out = compute(&fp, progress)?;
     drop(fp);
-    write_out_dir(&h, out, dir).map(Some)
+    t.lap("compute");
+    let stats = write_out_dir(&h, out, dir)?;
+    t.lap("write npy outputs and golden.json");
+    Ok(Some(stats))
+}
+
+/// Phase timings on stderr when `BNCONF_TIMING` is set (for performance work).
+struct Timer(Option<std::cell::Cell<std::time::Instant>>);
+
+impl Timer {
+    fn new() -> Timer {
+        Timer(
+            std::env::var_os("BNCONF_TIMING")
+                .map(|_| std::cell::Cell::new(std::time::Instant::now())),
+        )
+    }
+    fn lap(&self, what: &str) {
+        if let Some(t) = &self.0 {
+            eprintln!(
+                "bnconf: {what}: {:.1} ms",
+                t.get().elapsed().as_secs_f64() * 1e3
+            );
+            t.set(std::time::Instant::now());
+        }
+    }
 }
 
 /// CLI options of the fast path (`bnconf golden ... --out-dir DIR`).
