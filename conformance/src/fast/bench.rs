@@ -39,7 +39,7 @@ impl Default for BenchOpts {
     fn default() -> Self {
         BenchOpts {
             shape: vec![32, 64, 56, 56],
-            naive_shape: vec![2, 2, 8, 8],
+            naive_shape: vec![2, 4, 16, 16],
             seed: 1,
             reps: 3,
             impl_kernel: true,
@@ -365,7 +365,7 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "32,64,56,56")]
     pub shape: Vec<usize>,
     /// `N,C,H,W` of the naive exact baseline (its per-element time is extrapolated).
-    #[arg(long, value_delimiter = ',', default_value = "2,2,8,8")]
+    #[arg(long, value_delimiter = ',', default_value = "2,4,16,16")]
     pub naive_shape: Vec<usize>,
     /// Data seed.
     #[arg(long, default_value_t = 1)]
