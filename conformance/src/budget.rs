@@ -130,9 +130,13 @@ pub enum Method {
 /// use them.
 pub const EXACT_MAX_M: usize = 16;
 
-/// [`Method::Exact`] when the channels have at most [`EXACT_MAX_M`] cells, else [`Method::Bound`].
+/// Largest number of elements (C·m) for which [`auto_method`] chooses [`Method::Exact`].
+pub const EXACT_MAX_LEN: usize = 96;
+
+/// [`Method::Exact`] when the channels have at most [`EXACT_MAX_M`] cells and the case at
+/// most [`EXACT_MAX_LEN`] elements, else [`Method::Bound`] (validated ≥ exact by tests).
 pub fn auto_method(problem: &Problem) -> Method {
-    if problem.geom.m <= EXACT_MAX_M {
+    if problem.geom.m <= EXACT_MAX_M && problem.geom.len() <= EXACT_MAX_LEN {
         Method::Exact
     } else {
         Method::Bound

@@ -21,6 +21,62 @@ pub struct Prepared {
     pub budgets: BTreeMap<&'static str, Vec<ElementBudget>>,
     /// Allowance k(m).
     pub k: f64,
+    /// Double-double approximations of the exact outputs (for fast judging).
+    pub approx: BTreeMap<&'static str, Vec<Approx>>,
+}
+
+/// An exact value as an unevaluated sum `hi + lo` of two f64: `hi` is the exact value
+/// correctly rounded, `lo` the exact residual correctly rounded. Relative error ≤ 2^-105,
+/// so the error of a computed float is known to about 2^-50 relative (see [`Approx::ratio`]).
+/// `None` where the value is outside the range in which that holds (then the exact path is used).
+#[derive(Clone, Copy, Debug)]
+pub struct Approx(Option<(f64, f64)>);
+
+impl Approx {
+    /// From an exact value.
+    pub fn new(v: &QSqrt) -> Approx {
+        let hi = round(v, FloatFormat::F64).to_f64();
+        if !hi.is_finite()
+            || (hi != 0.0 && hi.abs() < 2f64.powi(-900))
+            || hi.abs() > 2f64.powi(1000)
+        {
+            return Approx(None);
+        }
+        let res = v - &QSqrt::rational(spec::exact::round::f64_to_rational(hi).expect("finite"));
+        let lo = round(&res, FloatFormat::F64).to_f64();
+        Approx(Some((hi, lo)))
+    }
+
+    /// `|computed - exact| / (u*budget)` to about 2^-50 relative (exact when the two are
+    /// equal), falling back to the exact [`budget::ratio`] outside the safe range.
+    pub fn ratio(&self, computed: f64, exact: &QSqrt, b: &ElementBudget, u: f64) -> f64 {
+        let Some((hi, lo)) = self.0 else {
+            return b.ratio(computed, exact, u);
+        };
+        if !computed.is_finite() {
+            return f64::INFINITY;
+        }
+        if computed.abs() > 2f64.powi(1000) {
+            return b.ratio(computed, exact, u);
+        }
+        // two-sum: computed - hi = s + t exactly
+        let s = computed - hi;
+        let bb = s - computed;
+        let t = (computed - (s - bb)) + (-hi - bb);
+        let diff = (s + (t - lo)).abs();
+        if diff == 0.0 && lo == 0.0 {
+            return 0.0;
+        }
+        let total = b.total(u);
+        if total.is_nan() || total <= 0.0 {
+            return if diff == 0.0 && lo == 0.0 {
+                0.0
+            } else {
+                f64::INFINITY
+            };
+        }
+        diff / total / u
+    }
 }
 
 /// Evaluate goldens and budgets for every case (in parallel; order kept).
@@ -31,11 +87,16 @@ pub fn prepare(cases: &[SuiteCase]) -> Result<Vec<Prepared>, spec::SpecError> {
             let p = c.problem();
             let golden = p.evaluate()?;
             let budgets = budget::budgets_auto(&p)?;
+            let approx = golden
+                .iter()
+                .map(|(&n, v)| (n, v.iter().map(Approx::new).collect()))
+                .collect();
             Ok(Prepared {
                 k: budget::k_allowance(p.geom.m),
                 case: c.clone(),
                 golden,
                 budgets,
+                approx,
             })
         })
         .collect()
@@ -156,9 +217,9 @@ impl Prepared {
                 ));
             }
             let b = &self.budgets[name];
+            let ap = &self.approx[name];
             let ratios: Vec<f64> = (0..vals.len())
-                .into_par_iter()
-                .map(|i| b[i].ratio(vals[i], &exact[i], u))
+                .map(|i| ap[i].ratio(vals[i], &exact[i], &b[i], u))
                 .collect();
             let mut worst = 0usize;
             for (i, r) in ratios.iter().enumerate() {

@@ -65,8 +65,3 @@ pub fn fmt_rational(r: &Rational) -> String {
         format!("{}/{}", r.numer(), r.denom())
     }
 }
-
-/// An estimate of `floor(log2 |r|)` for `r != 0`, exact to within one.
-pub(crate) fn approx_log2(r: &Rational) -> i64 {
-    r.numer().bits() as i64 - r.denom().bits() as i64
-}

@@ -1,4 +1,4 @@
-use super::{approx_log2, fmt_rational, rational_sqrt_exact, BigInt, Rational};
+use super::{fmt_rational, rational_sqrt_exact, BigInt, Rational};
 use num_traits::{One, Signed, Zero};
 use std::cmp::Ordering;
 use std::fmt;
@@ -173,25 +173,6 @@ impl QSqrt {
             b: super::mul_pow2(&self.b, k),
             d: self.d.clone(),
         }
-    }
-
-    /// An estimate of `floor(log2 |self|)` for a non-zero value, within a few units.
-    pub(crate) fn approx_log2(&self) -> i64 {
-        if self.b.is_zero() {
-            return approx_log2(&self.a);
-        }
-        let d = self.d.as_deref().unwrap();
-        let lb = approx_log2(&self.b) + approx_log2(d) / 2;
-        if self.a.is_zero() {
-            return lb;
-        }
-        let la = approx_log2(&self.a);
-        if sign_of(&self.a) == sign_of(&self.b) {
-            return la.max(lb);
-        }
-        // a + b sqrt(d) = (a^2 - b^2 d) / (a - b sqrt(d)), no cancellation in the denominator.
-        let num = &self.a * &self.a - &self.b * &self.b * d;
-        approx_log2(&num) - la.max(lb) - 1
     }
 
     /// `floor(self)` exactly.

@@ -7,8 +7,8 @@
 //! the exact sign of `|v| - midpoint`. An irrational value is never a midpoint.
 
 use super::{pow2, BigInt, QSqrt, Rational};
-use num_traits::{One, ToPrimitive, Zero};
-use std::cmp::Ordering;
+use num_integer::Integer;
+use num_traits::{One, Signed, ToPrimitive, Zero};
 
 /// A binary interchange format (or bfloat16).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -183,48 +183,141 @@ impl Rounded {
     }
 }
 
+/// `v = (P + Q*sqrt(D)) / R` with integers, `R > 0`, and `D` not a perfect square when `Q != 0`:
+/// one common denominator, so rounding needs no gcd (the slow part of rational arithmetic).
+struct IntForm {
+    p: BigInt,
+    q: BigInt,
+    d: BigInt,
+    r: BigInt,
+}
+
+impl IntForm {
+    fn new(v: &QSqrt) -> IntForm {
+        let (a, b) = (v.a(), v.b());
+        match v.d() {
+            None => IntForm { p: a.numer().clone(), q: BigInt::zero(), d: BigInt::one(), r: a.denom().clone() },
+            Some(d) => {
+                // a + (bn/bd)*sqrt(dn/dd) = (an*bd*dd + bn*ad*sqrt(dn*dd)) / (ad*bd*dd)
+                let (an, ad, bn, bd, dn, dd) = (a.numer(), a.denom(), b.numer(), b.denom(), d.numer(), d.denom());
+                IntForm { p: an * bd * dd, q: bn * ad, d: dn * dd, r: ad * bd * dd }
+            }
+        }
+    }
+
+    fn signum(&self) -> i32 {
+        let (sp, sq) = (sign_int(&self.p), sign_int(&self.q));
+        if sq == 0 {
+            return sp;
+        }
+        if sp == 0 || sp == sq {
+            return sq;
+        }
+        if &self.p * &self.p > &self.q * &self.q * &self.d {
+            sp
+        } else {
+            sq
+        }
+    }
+
+    /// `floor(v * 2^k)` for `v >= 0`, and whether `v * 2^k` is exactly that integer.
+    fn floor_scaled(&self, k: i64) -> (BigInt, bool) {
+        let (x, y, r) = if k >= 0 {
+            (&self.p << (k as usize), &self.q << (k as usize), self.r.clone())
+        } else {
+            (self.p.clone(), self.q.clone(), &self.r << ((-k) as usize))
+        };
+        let (s, exact_sqrt) = if y.is_zero() {
+            (BigInt::zero(), true)
+        } else {
+            let y2d = &y * &y * &self.d;
+            let m = y2d.sqrt();
+            let exact = &m * &m == y2d;
+            if y.is_negative() {
+                (if exact { -m } else { -m - 1 }, exact)
+            } else {
+                (m, exact)
+            }
+        };
+        let t = x + s;
+        let (quo, rem) = t.div_mod_floor(&r);
+        (quo, exact_sqrt && rem.is_zero())
+    }
+
+    /// An estimate of `floor(log2 v)` for `v > 0`.
+    fn approx_log2(&self) -> i64 {
+        let lb = |x: &BigInt| x.bits() as i64 - 1;
+        let lr = lb(&self.r);
+        if self.q.is_zero() {
+            return lb(&self.p) - lr;
+        }
+        let lq = lb(&self.q) + lb(&self.d) / 2;
+        if self.p.is_zero() {
+            return lq - lr;
+        }
+        let lp = lb(&self.p);
+        if sign_int(&self.p) == sign_int(&self.q) {
+            return lp.max(lq) - lr;
+        }
+        let num = &self.p * &self.p - &self.q * &self.q * &self.d;
+        lb(&num) - lp.max(lq) - 1 - lr
+    }
+}
+
+fn sign_int(x: &BigInt) -> i32 {
+    if x.is_zero() {
+        0
+    } else if x.is_negative() {
+        -1
+    } else {
+        1
+    }
+}
+
 /// Correctly round `v` to `format` (nearest, ties to even).
+///
+/// With `v = (P + Q*sqrt(D))/R` in integers: the binade `e = floor(log2|v|)` comes from the
+/// bit length of `floor(|v|*2^s)` (exact once that floor is ≥ 1), and the significand, the
+/// round bit and the sticky bit from one more exact floor: an integer square root and a
+/// division, no rational arithmetic.
 pub fn round(v: &QSqrt, format: FloatFormat) -> Rounded {
     let p = format.precision() as i64;
-    let s = v.signum();
+    let mut f = IntForm::new(v);
+    let s = f.signum();
     if s == 0 {
-        return Rounded {
-            format,
-            neg: false,
-            mant: 0,
-            exp: 0,
-            inf: false,
-        };
+        return Rounded { format, neg: false, mant: 0, exp: 0, inf: false };
     }
     let neg = s < 0;
-    let av = if neg { -v.clone() } else { v.clone() };
-    // e = floor(log2 |v|), by an estimate corrected with exact comparisons.
-    let mut e = av.approx_log2();
-    while av.cmp_rational(&pow2(e)) == Ordering::Less {
-        e -= 1;
+    if neg {
+        f.p = -f.p;
+        f.q = -f.q;
     }
-    while av.cmp_rational(&pow2(e + 1)) != Ordering::Less {
-        e += 1;
+    // e = floor(log2 |v|): an estimate, then exact from the bit length of a scaled floor.
+    let mut e = f.approx_log2();
+    loop {
+        let sh = p - 1 - e;
+        let (t, _) = f.floor_scaled(sh);
+        if t.is_zero() {
+            e -= p + 2;
+            continue;
+        }
+        let exact_e = t.bits() as i64 - 1 - sh;
+        if exact_e == e {
+            break;
+        }
+        e = exact_e;
     }
     if e > format.emax() {
-        return Rounded {
-            format,
-            neg,
-            mant: 0,
-            exp: 0,
-            inf: true,
-        };
+        return Rounded { format, neg, mant: 0, exp: 0, inf: true };
     }
-    let mut qe = e.max(format.emin()) - (p - 1);
-    let w = av.mul_pow2(-qe);
-    let t = w.floor();
-    let half = Rational::from_integer(&t * 2 + 1) / Rational::from_integer(BigInt::from(2));
-    let up = match w.cmp_rational(&half) {
-        Ordering::Greater => true,
-        Ordering::Less => false,
-        Ordering::Equal => (&t % 2u32) == BigInt::one(),
-    };
+    let sh = p - 1 - e.max(format.emin());
+    let (w, exact) = f.floor_scaled(sh + 1);
+    let t = &w >> 1usize;
+    let half = w.bit(0);
+    let odd = t.bit(0);
+    let up = half && (!exact || odd);
     let mut mant = t.to_u64().expect("significand fits in 64 bits");
+    let mut qe = -sh;
     if up {
         mant += 1;
     }
@@ -233,24 +326,12 @@ pub fn round(v: &QSqrt, format: FloatFormat) -> Rounded {
         qe += 1;
     }
     if qe + p - 1 > format.emax() {
-        return Rounded {
-            format,
-            neg,
-            mant: 0,
-            exp: 0,
-            inf: true,
-        };
+        return Rounded { format, neg, mant: 0, exp: 0, inf: true };
     }
     if mant.is_zero() {
         qe = 0;
     }
-    Rounded {
-        format,
-        neg,
-        mant,
-        exp: qe,
-        inf: false,
-    }
+    Rounded { format, neg, mant, exp: qe, inf: false }
 }
 
 /// Round a rational (shorthand for [`round`] on a rational value).
