@@ -128,6 +128,25 @@ pub fn regenerate(dir: &Path) -> Result<(Suite, FloatFormat, Filter)> {
     Ok((s, dtype, filter))
 }
 
+/// Check that the input files in `dir` are exactly the regenerated suite's inputs (a kernel
+/// that rewrote them, or an edited manifest, is caught here rather than judged).
+pub fn verify_inputs(dir: &Path, s: &Suite) -> Result<()> {
+    for c in &s.cases {
+        for (name, want) in &c.inputs {
+            let path = dir.join(&c.id).join(format!("{name}.npy"));
+            let (_, data) = read_npy(&path, want.len().max(1))?;
+            let same = data.len() == want.len() && (0..want.len()).all(|i| data.get(i).to_bits() == want[i].to_bits());
+            if !same {
+                return Err(ConfError::field(
+                    format!("{}/{name}.npy", c.id),
+                    format!("differs from suite {:?} as generated with seed {}: the inputs or the manifest were edited", s.name, s.seed),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Read a kernel's outputs for one case from `DIR/<id>/out/`.
 pub fn read_outputs(dir: &Path, p: &Prepared) -> CaseResult {
     let c = &p.case;

@@ -446,6 +446,7 @@ pub fn sync_bn_per_channel_grad_gamma<T: Scalar>(
 
 /// **S31** `syncBnBatchTensor4_grad_input` — the sync input-VJP on `[N,C,H,W]`: S29 through
 /// the bnchwFwd / bnchwBack bridge, given the four all-reduced statistic vectors.
+#[allow(clippy::too_many_arguments)]
 pub fn sync_bn_batch_tensor4_grad_input<T: Scalar>(
     n: usize,
     oc: usize,
