@@ -8,18 +8,109 @@ use crate::layout::Geometry;
 use crate::num::Scalar;
 use std::collections::BTreeMap;
 
-/// An op of FORMAT.md.
+/// An op of FORMAT.md. Each variant is specified in the StableHLO style: semantics,
+/// inputs, outputs, numbered constraints (errors cite them), and an exact example that runs
+/// as a doctest. Per channel `c` over its `m` cells; `r = (var + eps)^(-1/2)`, `xhat = (x − mean)·r`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Op {
-    /// Training BN: `y, mean, var` from `x, gamma, beta` (S2, S4, S18, S25).
+    /// **forward** — training BN (seed S2 `bnPerChannel` on rows, S4 on flat, S18 on chw,
+    /// S25 `bnBatchTensor4` on nchw; nhwc by the channels-last bridge).
+    ///
+    /// *Semantics*: `mean = Σx/m`, `var = Σ(x − mean)²/m` (biased), `y = gamma·xhat + beta`.
+    /// *Inputs*: `x` (layout shape), `gamma`, `beta` (`[C]`), `eps ≥ 0`.
+    /// *Outputs*: `y` (layout shape), `mean`, `var` (`[C]`); `y ∈ Q(sqrt(q))`, the others rational.
+    /// *Constraints*: (C1) `var + eps > 0` per channel; (C2) input lengths match the shape;
+    /// (C3) the shape fits the layout, has no zero extent and does not overflow.
+    ///
+    /// *Example* (`x = [1, 2, 3, 4]`, one channel, eps 0: mean 5/2, var 5/4, `q = 5/4`):
+    /// ```
+    /// # use spec::{exact::parse::parse_exact, Geometry, Layout, Op, Problem};
+    /// let v = |xs: &[&str]| xs.iter().map(|s| parse_exact(s).unwrap()).collect::<Vec<_>>();
+    /// let inputs = [("x", v(&["1", "2", "3", "4"])), ("gamma", v(&["1"])), ("beta", v(&["0"]))]
+    ///     .into_iter().map(|(k, x)| (k.to_string(), x)).collect();
+    /// let p = Problem::new(Op::Forward, Geometry::new(Layout::Rows, &[1, 4], 64).unwrap(), spec::Rational::from_integer(0.into()), inputs).unwrap();
+    /// let out = p.evaluate().unwrap();
+    /// assert_eq!(out["y"][0].to_string(), "0 + -6/5*sqrt(5/4)"); // (1 − 5/2)/sqrt(5/4)
+    /// assert_eq!(out["var"][0].to_string(), "5/4");
+    /// ```
     Forward,
-    /// Its VJP in closed form: `dx, dgamma, dbeta` from `x, dy, gamma` (S6, S15, S16, S20, S28).
+    /// **backward** — the VJP of forward's `y` in closed form (S6 `bnPerChannel_grad_input`,
+    /// S15 dγ, S16 dβ; S20 on chw; S28 on nchw). Proven equal to `J^T dy` of forward (S3/S5/S19/S27),
+    /// which the property tests check exactly.
+    ///
+    /// *Semantics*: `dx = gamma·r·(dy − mean(dy) − xhat·mean(dy·xhat))`, `dgamma = Σ dy·xhat`,
+    /// `dbeta = Σ dy`. *Inputs*: `x`, `dy` (layout shape), `gamma` (`[C]`), `eps`.
+    /// *Outputs*: `dx` (layout shape), `dgamma`, `dbeta` (`[C]`). *Constraints*: (C1)–(C3).
+    ///
+    /// *Example* (`x = [0, 2]`, `dy = [1, 0]`, eps 0: r = 1, xhat = [−1, 1]):
+    /// ```
+    /// # use spec::{exact::parse::parse_exact, Geometry, Layout, Op, Problem};
+    /// let v = |xs: &[&str]| xs.iter().map(|s| parse_exact(s).unwrap()).collect::<Vec<_>>();
+    /// let inputs = [("x", v(&["0", "2"])), ("dy", v(&["1", "0"])), ("gamma", v(&["3"]))]
+    ///     .into_iter().map(|(k, x)| (k.to_string(), x)).collect();
+    /// let p = Problem::new(Op::Backward, Geometry::new(Layout::Nchw, &[2, 1, 1, 1], 64).unwrap(), spec::Rational::from_integer(0.into()), inputs).unwrap();
+    /// let out = p.evaluate().unwrap();
+    /// assert_eq!((out["dx"][0].to_string(), out["dgamma"][0].to_string(), out["dbeta"][0].to_string()),
+    ///            ("0".into(), "-1".into(), "1".into()));
+    /// ```
     Backward,
-    /// Inference BN with frozen statistics (S11–S14).
+    /// **eval** — inference BN with frozen statistics (S11 `bnEval` per channel, S12 rows,
+    /// S13 flat, S14 chw through the reassoc bridge).
+    ///
+    /// *Semantics*: `y = gamma·(x − mean)·(var + eps)^(−1/2) + beta` with `mean`, `var` handed in.
+    /// *Inputs*: `x`, `gamma`, `beta`, `mean`, `var`, `eps`. *Outputs*: `y`.
+    /// *Constraints*: (C1) handed-in `var + eps > 0` (a negative `var` is accepted if this
+    /// holds), (C2), (C3).
+    ///
+    /// *Example* (mean 1, var 3, eps 1: `r = 1/2`):
+    /// ```
+    /// # use spec::{exact::parse::parse_exact, Geometry, Layout, Op, Problem};
+    /// let v = |xs: &[&str]| xs.iter().map(|s| parse_exact(s).unwrap()).collect::<Vec<_>>();
+    /// let inputs = [("x", v(&["5"])), ("gamma", v(&["2"])), ("beta", v(&["1/2"])), ("mean", v(&["1"])), ("var", v(&["3"]))]
+    ///     .into_iter().map(|(k, x)| (k.to_string(), x)).collect();
+    /// let p = Problem::new(Op::Eval, Geometry::new(Layout::Chw, &[1, 1, 1], 64).unwrap(), spec::Rational::from_integer(1.into()), inputs).unwrap();
+    /// assert_eq!(p.evaluate().unwrap()["y"][0].to_string(), "9/2"); // 2·4·(1/2) + 1/2
+    /// ```
     Eval,
-    /// Sync BN forward with handed-in `mean`, `m2` (S26).
+    /// **sync_forward** — sync BN with the all-reduced `mean` and second moment `m2` handed in
+    /// (S26 `syncBnBatchTensor4`); `var = m2 − mean²` is formed by the op (E[x²] of a union of
+    /// equal shards is the mean of the shards' E[x²]; variances do not average).
+    ///
+    /// *Semantics*: eval with `var = m2 − mean²`. *Inputs*: `x`, `gamma`, `beta`, `mean`, `m2`,
+    /// `eps`. *Outputs*: `y`. *Constraints*: (C1) `m2 − mean² + eps > 0`, (C2), (C3).
+    ///
+    /// *Example* (mean 1, m2 2, eps 1: `q = 2`):
+    /// ```
+    /// # use spec::{exact::parse::parse_exact, Geometry, Layout, Op, Problem};
+    /// let v = |xs: &[&str]| xs.iter().map(|s| parse_exact(s).unwrap()).collect::<Vec<_>>();
+    /// let inputs = [("x", v(&["3"])), ("gamma", v(&["1"])), ("beta", v(&["0"])), ("mean", v(&["1"])), ("m2", v(&["2"]))]
+    ///     .into_iter().map(|(k, x)| (k.to_string(), x)).collect();
+    /// let p = Problem::new(Op::SyncForward, Geometry::new(Layout::Nhwc, &[1, 1, 1, 1], 64).unwrap(), spec::Rational::from_integer(1.into()), inputs).unwrap();
+    /// assert_eq!(p.evaluate().unwrap()["y"][0].to_string(), "0 + 1*sqrt(2)"); // 2/sqrt(2)
+    /// ```
     SyncForward,
-    /// Sync BN backward with four handed-in statistics (S29–S31).
+    /// **sync_backward** — the sync input-VJP with the four all-reduced statistics handed in
+    /// (S29 flat, S30 dγ at the handed-in statistics, S31 on nchw).
+    ///
+    /// *Semantics*: `dx = gamma·r·(dy − mean_dy − xhat·mean_dy_xhat)` with
+    /// `r = (m2 − mean² + eps)^(−1/2)`; `dgamma = Σ dy·xhat` at that xhat (this shard's part of
+    /// the global sum); `dbeta = Σ dy`. *Inputs*: `x`, `dy`, `gamma`, `mean`, `m2`, `mean_dy`,
+    /// `mean_dy_xhat` (may be irrational: it lies in Q(sqrt(q)) of its channel), `eps`.
+    /// *Outputs*: `dx`, `dgamma`, `dbeta`. *Constraints*: (C1) `m2 − mean² + eps > 0`, (C2),
+    /// (C3), (C4) `mean_dy_xhat ∈ Q(sqrt(q))` of its channel (`SpecError::NotInField`).
+    ///
+    /// *Example* (q = 2, `mean_dy_xhat = 1/4 + sqrt(8)`):
+    /// ```
+    /// # use spec::{exact::parse::parse_exact, Geometry, Layout, Op, Problem};
+    /// let v = |xs: &[&str]| xs.iter().map(|s| parse_exact(s).unwrap()).collect::<Vec<_>>();
+    /// let inputs = [("x", v(&["1", "3"])), ("dy", v(&["1", "-1"])), ("gamma", v(&["2"])), ("mean", v(&["1"])),
+    ///     ("m2", v(&["2"])), ("mean_dy", v(&["1/2"])), ("mean_dy_xhat", v(&["1/4 + 1*sqrt(8)"]))]
+    ///     .into_iter().map(|(k, x)| (k.to_string(), x)).collect();
+    /// let p = Problem::new(Op::SyncBackward, Geometry::new(Layout::Flat, &[1, 2], 64).unwrap(), spec::Rational::from_integer(1.into()), inputs).unwrap();
+    /// let out = p.evaluate().unwrap();
+    /// assert_eq!(out["dx"][1].to_string(), "-1/2 + -11/2*sqrt(2)");
+    /// assert_eq!(out["dgamma"][0].to_string(), "0 + -1*sqrt(2)");
+    /// ```
     SyncBackward,
 }
 
