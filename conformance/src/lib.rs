@@ -16,3 +16,4 @@ pub mod npy;
 pub mod protocol;
 pub mod report;
 pub mod suite;
+pub mod vectors;

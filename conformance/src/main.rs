@@ -114,6 +114,21 @@ enum Cmd {
         #[arg(long)]
         verbose: bool,
     },
+    /// Write the committed golden vector set (default suite, exact + f64 + f32) into DIR.
+    Vectors {
+        /// Output directory (the repository's `vectors/`).
+        #[arg(long, default_value = "vectors")]
+        out: PathBuf,
+        /// Seed of the suite.
+        #[arg(long, default_value_t = suite::DEFAULT_SEED)]
+        seed: u64,
+    },
+    /// Check a vector set: manifest checksums, and every golden value recomputed exactly.
+    Verify {
+        /// The vector-set directory (holds `manifest.json`).
+        #[arg(default_value = "vectors")]
+        dir: PathBuf,
+    },
 }
 
 #[derive(Args, Clone)]
@@ -285,6 +300,28 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
             kernels: only,
             verbose,
         } => cmd_run(&suite, seed, &only, verbose),
+        Cmd::Vectors { out, seed } => {
+            let w = conformance::vectors::write(&out, seed)?;
+            for r in &w.removed {
+                eprintln!("bnconf: removed stale {}", out.join(r).display());
+            }
+            eprintln!(
+                "bnconf: wrote {} files ({} bytes) to {}",
+                w.files,
+                w.bytes,
+                out.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Verify { dir } => {
+            let rep = conformance::vectors::verify(&dir)?;
+            print!("{}", conformance::vectors::render(&rep, &dir));
+            Ok(if rep.ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
     }
 }
 
