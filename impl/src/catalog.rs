@@ -10,13 +10,13 @@ const WELFORD_CHUNK: usize = 16;
 /// The reference recipe the others vary: textbook two-pass in the working dtype.
 const TWOPASS_NATIVE: Recipe = Recipe {
     name: "twopass-native",
-    description: "Two-pass: mean = Σx/m, then var = Σ(x-mean)²/m, sums left to right, all \
-                  in the working precision (f64 for f64, f32 for f32; f16/bf16 data computed \
+    description: "Two-pass: mean = Σx/m, then var = Σ(x-mean)²/m, every sum pairwise (as \
+                  numpy does), all in the working precision (f64 for f64, f32 for f32; f16/bf16 data computed \
                   in f32); sync ops form var = m2 - mean*mean. Outputs rounded to the dtype.",
     verdict: Verdict::Good,
     precision: Precision::Native,
     moments: Moments::TwoPass,
-    summation: Summation::Sequential,
+    summation: Summation::Pairwise,
     sync_var: SyncVar::Plain,
     defect: None,
     defective_ops: &[],
@@ -52,7 +52,7 @@ fn recipes() -> Vec<Recipe> {
     vec![
         Recipe {
             name: "twopass-f64",
-            description: "Two-pass (mean, then Σ(x-mean)²), sums left to right, everything \
+            description: "Two-pass (mean, then Σ(x-mean)²), sums pairwise, everything \
                           computed in f64 whatever the dtype, each output rounded once to the \
                           dtype at the end.",
             precision: Precision::F64,
@@ -62,7 +62,7 @@ fn recipes() -> Vec<Recipe> {
         Recipe {
             name: "welford-native",
             description: "Welford's single-pass update over chunks of 16 cells, chunks \
-                          combined left to right with Chan et al.'s parallel merge, in the \
+                          merged as a balanced tree with Chan et al.'s parallel merge, in the \
                           working precision (f32 accumulation for f16/bf16).",
             moments: Moments::Welford {
                 chunk: WELFORD_CHUNK,
@@ -80,11 +80,12 @@ fn recipes() -> Vec<Recipe> {
             ..TWOPASS_NATIVE
         },
         Recipe {
-            name: "pairwise-native",
+            name: "compensated-f64",
             description: "Two-pass with every sum (Σx, Σ(x-mean)², Σdy, Σdy*xhat) done by \
-                          pairwise (cascaded) summation, blocks of 8 left to right, in the \
-                          working precision.",
-            summation: Summation::Pairwise,
+                          Kahan–Babuška–Neumaier compensated summation in f64 whatever the \
+                          dtype, outputs rounded to the dtype.",
+            precision: Precision::F64,
+            summation: Summation::Compensated,
             ..TWOPASS_NATIVE
         },
         Recipe {

@@ -130,11 +130,21 @@ impl Moments {
                 (mean, ss / m)
             }
             Moments::Welford { chunk } => {
-                let s = x
-                    .chunks(chunk.max(1))
-                    .map(WelfordState::of_chunk)
-                    .reduce(WelfordState::merge)
-                    .expect("a channel is never empty");
+                // Chunks merged as a balanced tree (error grows with log(#chunks), not #chunks).
+                let mut level: Vec<WelfordState<A>> =
+                    x.chunks(chunk.max(1)).map(WelfordState::of_chunk).collect();
+                while level.len() > 1 {
+                    let mut next = Vec::with_capacity(level.len().div_ceil(2));
+                    let mut it = level.into_iter();
+                    while let Some(a) = it.next() {
+                        next.push(match it.next() {
+                            Some(b) => WelfordState::merge(a, b),
+                            None => a,
+                        });
+                    }
+                    level = next;
+                }
+                let s = level.pop().expect("a channel is never empty");
                 (s.mean, s.m2 / m)
             }
             Moments::OnePass => {

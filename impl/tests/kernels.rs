@@ -117,7 +117,7 @@ fn names_and_catalogue() {
         "twopass-f64",
         "twopass-native",
         "welford-native",
-        "pairwise-native",
+        "compensated-f64",
         "sync-fma",
         "bad-onepass-var",
         "bad-eps-outside-sqrt",
