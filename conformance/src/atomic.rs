@@ -38,3 +38,47 @@ pub fn write_atomic(
 pub fn write_bytes(path: &Path, bytes: &[u8]) -> Result<()> {
     write_atomic(path, |w| w.write_all(bytes))
 }
+
+/// Fill a directory all or nothing: `fill` writes into a fresh staging directory, and only
+/// when it succeeds do its files move into `dir` (a rename of the whole directory when `dir`
+/// does not exist yet, else a rename of each file). On failure the staging directory is
+/// removed, so a failed run leaves no file in (or beside) `dir`.
+pub fn write_dir_atomic<T>(dir: &Path, fill: impl FnOnce(&Path) -> Result<T>) -> Result<T> {
+    let tag = format!("bnconf-{}.tmp", std::process::id());
+    let fresh = !dir.exists();
+    let stage = match (fresh, dir.file_name()) {
+        (true, Some(name)) => {
+            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::create_dir_all(parent).map_err(|e| ConfError::io(parent, e))?;
+            }
+            dir.with_file_name(format!(".{}.{tag}", name.to_string_lossy()))
+        }
+        _ => {
+            std::fs::create_dir_all(dir).map_err(|e| ConfError::io(dir, e))?;
+            dir.join(format!(".{tag}"))
+        }
+    };
+    let _ = std::fs::remove_dir_all(&stage);
+    let res = fill(&stage).and_then(|v| {
+        if !stage.exists() {
+            // `fill` wrote nothing.
+            return Ok(v);
+        }
+        if fresh && !dir.exists() {
+            std::fs::rename(&stage, dir).map_err(|e| ConfError::io(dir, e))?;
+            return Ok(v);
+        }
+        let entries = std::fs::read_dir(&stage).map_err(|e| ConfError::io(&stage, e))?;
+        for e in entries {
+            let e = e.map_err(|e| ConfError::io(&stage, e))?;
+            let to = dir.join(e.file_name());
+            std::fs::rename(e.path(), &to).map_err(|err| ConfError::io(&to, err))?;
+        }
+        std::fs::remove_dir(&stage).map_err(|e| ConfError::io(&stage, e))?;
+        Ok(v)
+    });
+    if res.is_err() {
+        let _ = std::fs::remove_dir_all(&stage);
+    }
+    res
+}

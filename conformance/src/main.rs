@@ -220,16 +220,18 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
                 })?);
             }
             if let Some(dir) = &out_dir {
-                if conformance::fast::golden_cli(&case, &limits.limits(), dir, &fast)? {
-                    return Ok(ExitCode::SUCCESS);
-                }
+                // All or nothing: a failure leaves no file in DIR (staged, then moved).
+                conformance::atomic::write_dir_atomic(dir, |stage| {
+                    if conformance::fast::golden_cli(&case, &limits.limits(), stage, &fast)? {
+                        return Ok(());
+                    }
+                    let g = golden::compute(read_case_file(&case, &limits.limits())?)?;
+                    golden::write_out_dir(&g, stage)
+                })?;
+                return Ok(ExitCode::SUCCESS);
             }
             let c = read_case_file(&case, &limits.limits())?;
             let g = golden::compute(c)?;
-            if let Some(dir) = out_dir {
-                golden::write_out_dir(&g, &dir)?;
-                return Ok(ExitCode::SUCCESS);
-            }
             let text = serde_json::to_string_pretty(&golden::golden_json(&g, &fmts))
                 .expect("serializable")
                 + "\n";
