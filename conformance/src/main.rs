@@ -367,6 +367,7 @@ fn cmd_check(
         }
         (None, None) => return Err(ConfError::field("check", "give a suite DIR or --exec CMD")),
     };
+    protocol::verify_inputs(&dir, &s)?;
     let prepared = check::prepare(&s.cases)?;
     let results: Vec<check::CaseResult> = prepared
         .iter()
@@ -464,7 +465,7 @@ fn cmd_run(
             (false, true) => "UNEXPECTED: known-bad kernel passed".to_string(),
         };
         println!("{line}  {outcome}");
-        if good && !conforms || verbose && good {
+        if good && (!conforms || verbose) {
             details += &report::human(&results, &s.cases, 5);
         }
     }
