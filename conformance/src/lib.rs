@@ -13,6 +13,7 @@ pub mod error;
 pub mod fast;
 pub mod golden;
 pub mod npy;
+pub mod onnx;
 pub mod protocol;
 pub mod report;
 pub mod suite;

@@ -129,6 +129,12 @@ enum Cmd {
         #[arg(default_value = "vectors")]
         dir: PathBuf,
     },
+    /// Judge ONNX's own BatchNormalization test data against the exact reference (docs/ONNX.md).
+    Onnx {
+        /// ONNX node test directories, or folders holding them.
+        #[arg(default_value = "../shared/peers/onnx")]
+        dirs: Vec<PathBuf>,
+    },
 }
 
 #[derive(Args, Clone)]
@@ -302,6 +308,12 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
             kernels: only,
             verbose,
         } => cmd_run(&suite, seed, &only, verbose),
+        Cmd::Onnx { dirs } => {
+            let (rows, table) = conformance::onnx::run_dirs(&dirs)?;
+            print!("{table}");
+            let all = rows.iter().all(|r| r.verdict.outputs.iter().all(|o| o.pass()));
+            Ok(if all { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
         Cmd::Vectors { out, seed } => {
             let w = conformance::vectors::write(&out, seed)?;
             for r in &w.removed {
