@@ -311,8 +311,14 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
         Cmd::Onnx { dirs } => {
             let (rows, table) = conformance::onnx::run_dirs(&dirs)?;
             print!("{table}");
-            let all = rows.iter().all(|r| r.verdict.outputs.iter().all(|o| o.pass()));
-            Ok(if all { ExitCode::SUCCESS } else { ExitCode::from(1) })
+            let all = rows
+                .iter()
+                .all(|r| r.verdict.outputs.iter().all(|o| o.pass()));
+            Ok(if all {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
         }
         Cmd::Vectors { out, seed } => {
             let w = conformance::vectors::write(&out, seed)?;

@@ -135,7 +135,8 @@ pub fn verify_inputs(dir: &Path, s: &Suite) -> Result<()> {
         for (name, want) in &c.inputs {
             let path = dir.join(&c.id).join(format!("{name}.npy"));
             let (_, data) = read_npy(&path, want.len().max(1))?;
-            let same = data.len() == want.len() && (0..want.len()).all(|i| data.get(i).to_bits() == want[i].to_bits());
+            let same = data.len() == want.len()
+                && (0..want.len()).all(|i| data.get(i).to_bits() == want[i].to_bits());
             if !same {
                 return Err(ConfError::field(
                     format!("{}/{name}.npy", c.id),

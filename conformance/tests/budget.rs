@@ -595,9 +595,10 @@ fn eps_of<F: Float>(p: &Problem) -> F {
     cv(round(&QSqrt::rational(p.eps.clone()), FloatFormat::F64).to_f64())
 }
 
-fn fwd_kernel<F: Float>(
-    f: fn(&[F], F, F, F) -> (Vec<F>, F, F),
-) -> impl Fn(&Problem, usize) -> BTreeMap<&'static str, Vec<F>> {
+/// A one-channel forward kernel: `(x, gamma, beta, eps) -> (y, mean, var)`.
+type FwdFn<F> = fn(&[F], F, F, F) -> (Vec<F>, F, F);
+
+fn fwd_kernel<F: Float>(f: FwdFn<F>) -> impl Fn(&Problem, usize) -> BTreeMap<&'static str, Vec<F>> {
     move |p, c| {
         let (y, mu, var) = f(
             &ins(p, "x", c),

@@ -5,11 +5,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn bnconf(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bnconf")).args(args).output().expect("bnconf runs")
+    Command::new(env!("CARGO_BIN_EXE_bnconf"))
+        .args(args)
+        .output()
+        .expect("bnconf runs")
 }
 
 fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 fn tmpdir(name: &str) -> PathBuf {
@@ -24,16 +31,28 @@ fn run_accepts_good_and_rejects_known_bad_kernels() {
     let o = bnconf(&["run"]);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(0), "{t}");
-    let rows: Vec<&str> = t.lines().filter(|l| l.contains("  ok: ") || l.contains("UNEXPECTED")).collect();
+    let rows: Vec<&str> = t
+        .lines()
+        .filter(|l| l.contains("  ok: ") || l.contains("UNEXPECTED"))
+        .collect();
     let good = rows.iter().filter(|l| l.contains(" good ")).count();
     let bad = rows.iter().filter(|l| l.contains(" known-bad ")).count();
-    assert!(good >= 6 && bad >= 3, "need ≥6 good and ≥3 known-bad kernels in the table:\n{t}");
+    assert!(
+        good >= 6 && bad >= 3,
+        "need ≥6 good and ≥3 known-bad kernels in the table:\n{t}"
+    );
     assert!(rows.iter().all(|l| !l.contains("UNEXPECTED")), "{t}");
     // the table has one row per kernel of `kernel --list`
     let list = bnconf(&["kernel", "--list"]);
-    let names: Vec<String> = String::from_utf8_lossy(&list.stdout).lines().map(|l| l.split('\t').next().unwrap().to_string()).collect();
+    let names: Vec<String> = String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .map(|l| l.split('\t').next().unwrap().to_string())
+        .collect();
     for n in &names {
-        assert!(rows.iter().any(|l| l.starts_with(n.as_str())), "kernel {n} missing from the run table:\n{t}");
+        assert!(
+            rows.iter().any(|l| l.starts_with(n.as_str())),
+            "kernel {n} missing from the run table:\n{t}"
+        );
     }
 }
 
@@ -52,7 +71,17 @@ fn kernel_list_format() {
 }
 
 fn export(dir: &Path, dtype: &str, ops: &str) {
-    let o = bnconf(&["export", "--suite", "default", "--dtype", dtype, "--ops", ops, "--out", dir.to_str().unwrap()]);
+    let o = bnconf(&[
+        "export",
+        "--suite",
+        "default",
+        "--dtype",
+        dtype,
+        "--ops",
+        ops,
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 }
 
@@ -63,7 +92,12 @@ fn check(dir: &Path, extra: &[&str]) -> Output {
 }
 
 fn case_dirs(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().flatten().map(|e| e.path()).filter(|p| p.join("case.json").is_file()).collect();
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("case.json").is_file())
+        .collect();
     v.sort();
     v
 }
@@ -72,13 +106,24 @@ fn case_dirs(dir: &Path) -> Vec<PathBuf> {
 fn protocol_good_kernel_conforms_and_reports_are_written() {
     let d = tmpdir("good");
     export(&d, "f32", "forward,eval");
-    let man: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("manifest.json")).unwrap()).unwrap();
+    let man: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("manifest.json")).unwrap()).unwrap();
     assert_eq!(man["format"], "bnconf-suite/1");
     let dirs = case_dirs(&d);
     assert_eq!(man["cases"].as_array().unwrap().len(), dirs.len());
     // case.json carries what FORMAT.md promises
-    let c: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dirs[0].join("case.json")).unwrap()).unwrap();
-    for k in ["op", "layout", "shape", "dtype", "eps", "eps_exact", "inputs", "outputs"] {
+    let c: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dirs[0].join("case.json")).unwrap()).unwrap();
+    for k in [
+        "op",
+        "layout",
+        "shape",
+        "dtype",
+        "eps",
+        "eps_exact",
+        "inputs",
+        "outputs",
+    ] {
         assert!(c.get(k).is_some(), "case.json lacks {k}: {c}");
     }
     assert!(c["eps"].is_number());
@@ -86,11 +131,23 @@ fn protocol_good_kernel_conforms_and_reports_are_written() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let rep = d.join("r.json");
     let junit = d.join("j.xml");
-    let o = check(&d, &["--report", rep.to_str().unwrap(), "--junit", junit.to_str().unwrap()]);
+    let o = check(
+        &d,
+        &[
+            "--report",
+            rep.to_str().unwrap(),
+            "--junit",
+            junit.to_str().unwrap(),
+        ],
+    );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&rep).unwrap()).unwrap();
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&rep).unwrap()).unwrap();
     assert_eq!(r["summary"]["not_conforming"], 0);
-    assert_eq!(r["summary"]["conforming"].as_u64().unwrap() as usize, dirs.len());
+    assert_eq!(
+        r["summary"]["conforming"].as_u64().unwrap() as usize,
+        dirs.len()
+    );
     let x = std::fs::read_to_string(&junit).unwrap();
     assert!(x.contains("<testsuites") && x.contains("testcase"), "{x}");
     let _ = std::fs::remove_dir_all(&d);
@@ -103,7 +160,12 @@ fn protocol_known_bad_missing_malformed_and_unsupported() {
     let o = bnconf(&["kernel", "bad-eps-outside-sqrt", d.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0));
     let o = check(&d, &[]);
-    assert_eq!(o.status.code(), Some(1), "a known-bad kernel must be rejected:\n{}", text(&o));
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "a known-bad kernel must be rejected:\n{}",
+        text(&o)
+    );
     assert!(text(&o).contains("ratio"), "{}", text(&o));
 
     // a good kernel, then break one case's output in different ways
@@ -118,11 +180,19 @@ fn protocol_known_bad_missing_malformed_and_unsupported() {
     std::fs::remove_file(&y).unwrap();
     let o = check(&d, &[]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(text(&o).contains(&format!("{id}/out/y.npy: missing")), "{}", text(&o));
+    assert!(
+        text(&o).contains(&format!("{id}/out/y.npy: missing")),
+        "{}",
+        text(&o)
+    );
     std::fs::write(&y, &saved[..saved.len() - 3]).unwrap();
     let o = check(&d, &[]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(text(&o).contains(&format!("{id}/out/y.npy")), "{}", text(&o));
+    assert!(
+        text(&o).contains(&format!("{id}/out/y.npy")),
+        "{}",
+        text(&o)
+    );
     // unsupported: listed, not failing, unless --require-all
     std::fs::remove_file(&y).unwrap();
     for f in ["mean.npy", "var.npy"] {
@@ -147,12 +217,38 @@ fn protocol_known_bad_missing_malformed_and_unsupported() {
 #[test]
 fn check_exec_and_harness_errors() {
     let me = env!("CARGO_BIN_EXE_bnconf");
-    let o = bnconf(&["check", "--suite", "default", "--dtype", "f32", "--ops", "backward", "--layouts", "nchw,nhwc", "--exec", &format!("{me} kernel welford-native")]);
+    let o = bnconf(&[
+        "check",
+        "--suite",
+        "default",
+        "--dtype",
+        "f32",
+        "--ops",
+        "backward",
+        "--layouts",
+        "nchw,nhwc",
+        "--exec",
+        &format!("{me} kernel welford-native"),
+    ]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let o = bnconf(&["check", "--suite", "default", "--dtype", "f64", "--ops", "backward", "--exec", &format!("{me} kernel bad-backward-missing-term")]);
+    let o = bnconf(&[
+        "check",
+        "--suite",
+        "default",
+        "--dtype",
+        "f64",
+        "--ops",
+        "backward",
+        "--exec",
+        &format!("{me} kernel bad-backward-missing-term"),
+    ]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     // harness errors: exit 2
-    for args in [vec!["check", "--suite", "nope", "--exec", "true"], vec!["check", "/nonexistent-dir"], vec!["check", "--dtype", "f16", "--exec", "true"]] {
+    for args in [
+        vec!["check", "--suite", "nope", "--exec", "true"],
+        vec!["check", "/nonexistent-dir"],
+        vec!["check", "--dtype", "f16", "--exec", "true"],
+    ] {
         let o = bnconf(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
         assert!(!text(&o).contains("panicked"));
@@ -161,7 +257,9 @@ fn check_exec_and_harness_errors() {
     let d = tmpdir("manifest");
     export(&d, "f32", "eval");
     let m = d.join("manifest.json");
-    let s = std::fs::read_to_string(&m).unwrap().replace("\"seed\": ", "\"seed\": 1");
+    let s = std::fs::read_to_string(&m)
+        .unwrap()
+        .replace("\"seed\": ", "\"seed\": 1");
     std::fs::write(&m, s).unwrap();
     let o = check(&d, &[]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
@@ -176,7 +274,11 @@ fn check_exec_and_harness_errors() {
     std::fs::write(&victim, bytes).unwrap();
     let o = check(&d2, &[]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(text(&o).contains("/x.npy: differs from suite"), "{}", text(&o));
+    assert!(
+        text(&o).contains("/x.npy: differs from suite"),
+        "{}",
+        text(&o)
+    );
     let _ = std::fs::remove_dir_all(&d);
     let _ = std::fs::remove_dir_all(&d2);
 }

@@ -196,11 +196,28 @@ impl IntForm {
     fn new(v: &QSqrt) -> IntForm {
         let (a, b) = (v.a(), v.b());
         match v.d() {
-            None => IntForm { p: a.numer().clone(), q: BigInt::zero(), d: BigInt::one(), r: a.denom().clone() },
+            None => IntForm {
+                p: a.numer().clone(),
+                q: BigInt::zero(),
+                d: BigInt::one(),
+                r: a.denom().clone(),
+            },
             Some(d) => {
                 // a + (bn/bd)*sqrt(dn/dd) = (an*bd*dd + bn*ad*sqrt(dn*dd)) / (ad*bd*dd)
-                let (an, ad, bn, bd, dn, dd) = (a.numer(), a.denom(), b.numer(), b.denom(), d.numer(), d.denom());
-                IntForm { p: an * bd * dd, q: bn * ad, d: dn * dd, r: ad * bd * dd }
+                let (an, ad, bn, bd, dn, dd) = (
+                    a.numer(),
+                    a.denom(),
+                    b.numer(),
+                    b.denom(),
+                    d.numer(),
+                    d.denom(),
+                );
+                IntForm {
+                    p: an * bd * dd,
+                    q: bn * ad,
+                    d: dn * dd,
+                    r: ad * bd * dd,
+                }
             }
         }
     }
@@ -223,7 +240,11 @@ impl IntForm {
     /// `floor(v * 2^k)` for `v >= 0`, and whether `v * 2^k` is exactly that integer.
     fn floor_scaled(&self, k: i64) -> (BigInt, bool) {
         let (x, y, r) = if k >= 0 {
-            (&self.p << (k as usize), &self.q << (k as usize), self.r.clone())
+            (
+                &self.p << (k as usize),
+                &self.q << (k as usize),
+                self.r.clone(),
+            )
         } else {
             (self.p.clone(), self.q.clone(), &self.r << ((-k) as usize))
         };
@@ -285,7 +306,13 @@ pub fn round(v: &QSqrt, format: FloatFormat) -> Rounded {
     let mut f = IntForm::new(v);
     let s = f.signum();
     if s == 0 {
-        return Rounded { format, neg: false, mant: 0, exp: 0, inf: false };
+        return Rounded {
+            format,
+            neg: false,
+            mant: 0,
+            exp: 0,
+            inf: false,
+        };
     }
     let neg = s < 0;
     if neg {
@@ -308,7 +335,13 @@ pub fn round(v: &QSqrt, format: FloatFormat) -> Rounded {
         e = exact_e;
     }
     if e > format.emax() {
-        return Rounded { format, neg, mant: 0, exp: 0, inf: true };
+        return Rounded {
+            format,
+            neg,
+            mant: 0,
+            exp: 0,
+            inf: true,
+        };
     }
     let sh = p - 1 - e.max(format.emin());
     let (w, exact) = f.floor_scaled(sh + 1);
@@ -326,12 +359,24 @@ pub fn round(v: &QSqrt, format: FloatFormat) -> Rounded {
         qe += 1;
     }
     if qe + p - 1 > format.emax() {
-        return Rounded { format, neg, mant: 0, exp: 0, inf: true };
+        return Rounded {
+            format,
+            neg,
+            mant: 0,
+            exp: 0,
+            inf: true,
+        };
     }
     if mant.is_zero() {
         qe = 0;
     }
-    Rounded { format, neg, mant, exp: qe, inf: false }
+    Rounded {
+        format,
+        neg,
+        mant,
+        exp: qe,
+        inf: false,
+    }
 }
 
 /// Round a rational (shorthand for [`round`] on a rational value).
