@@ -2,12 +2,13 @@
 //! naming the field and a non-zero exit, never a panic and never a partial output file").
 //!
 //! A data-driven table: every row is a case file (plus any npy files beside it), extra CLI
-//! flags, and the substring the error must contain (the field at fault). Each row is run twice,
-//! with `-o out.json` and with `--out-dir DIR`, and must: exit with status 2, name the field
+//! flags, and the substring the error must contain (the field at fault). Each row is run three
+//! times, with `-o out.json`, `--out-dir DIR` and `--out-dir DIR --exact-path`, and must: exit with status 2, name the field
 //! on stderr, not panic, finish within 5 s, and leave no file behind (no `out.json`, no
 //! temporary file, nothing in the output directory).
 //!
-//! Rows named `fuzz-*` are regressions found by the fuzz targets in `fuzz/` (docs/FUZZ.md).
+//! Crashes found by the fuzz targets in `fuzz/` (docs/FUZZ.md) become rows here (named
+//! `fuzz-*`); the npy rows on shape overflow and deep headers cover what the npy target probes.
 
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -105,7 +106,7 @@ fn npy_bytes(descr: &str, fortran: bool, shape: &str, data: &[u8]) -> Vec<u8> {
 
 fn npy_raw_header(dict: &str, data: &[u8]) -> Vec<u8> {
     let mut h = dict.to_string();
-    while (10 + h.len() + 1) % 64 != 0 {
+    while !(10 + h.len() + 1).is_multiple_of(64) {
         h.push(' ');
     }
     h.push('\n');
