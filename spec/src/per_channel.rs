@@ -255,13 +255,30 @@ pub fn bn_per_channel_tensor3_vjp(
     eps: &QSqrt,
     dy: &[QSqrt],
 ) -> Result<Vec<QSqrt>, SpecError> {
-    let n = x.len();
     let fwd = t3_perm(oc, h, w); // Mat position i reads Tensor3 cell fwd[i]
     let back = inverse(&t3_back_perm(oc, h, w)); // Tensor3 position j reads Mat cell back[j]
-    let mat = tensor3_to_mat(oc, h, w, x);
-    let dmat = reindex_vjp(&back, dy, n, QSqrt::int(0));
+    vjp_through_bridge(oc, &fwd, &back, x, gamma, beta, eps, dy)
+}
+
+/// The VJP of `back ∘ S4 ∘ fwd` by the chain rule (`vjp_comp`, twice):
+/// `dx = fwd^T( S5( back^T dy ) )`, each reindex VJP a scatter (S17). `fwd[i]` is the layout
+/// cell Mat position i reads; `back[j]` the Mat cell layout position j reads.
+#[allow(clippy::too_many_arguments)]
+fn vjp_through_bridge(
+    oc: usize,
+    fwd: &[usize],
+    back: &[usize],
+    x: &[QSqrt],
+    gamma: &[QSqrt],
+    beta: &[QSqrt],
+    eps: &QSqrt,
+    dy: &[QSqrt],
+) -> Result<Vec<QSqrt>, SpecError> {
+    let n = x.len();
+    let mat = crate::layout::gather(fwd, x);
+    let dmat = reindex_vjp(back, dy, n, QSqrt::int(0));
     let dmat_in = bn_per_channel_flat_vjp(oc, &mat, gamma, beta, eps, &dmat)?;
-    Ok(reindex_vjp(&fwd, &dmat_in, n, QSqrt::int(0)))
+    Ok(reindex_vjp(fwd, &dmat_in, n, QSqrt::int(0)))
 }
 
 /// **S20** `bnPerChannelTensor3_grad_input` — the renderable backward on `(oc·h)·w`:
@@ -349,10 +366,7 @@ pub fn bn_batch_tensor4_vjp(
     let back: Vec<usize> = (0..len)
         .map(|i| bnchw_transpose_back(oc, n, hw, i))
         .collect();
-    let mat = bnchw_fwd(n, oc, hw, x);
-    let dmat = reindex_vjp(&back, dy, len, QSqrt::int(0));
-    let dmat_in = bn_per_channel_flat_vjp(oc, &mat, gamma, beta, eps, &dmat)?;
-    Ok(reindex_vjp(&fwd, &dmat_in, len, QSqrt::int(0)))
+    vjp_through_bridge(oc, &fwd, &back, x, gamma, beta, eps, dy)
 }
 
 /// **S28** `bnBatchTensor4_grad_input` — the renderable batch BN backward on `[N,C,H,W]`:
