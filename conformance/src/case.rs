@@ -110,6 +110,17 @@ pub fn read_case_json(path: &Path, lim: &InputLimits) -> Result<Value> {
     Ok(v)
 }
 
+/// A string field naming one of a fixed set (`op`, `layout`, `dtype`).
+fn named<T>(
+    o: &serde_json::Map<String, Value>,
+    key: &str,
+    parse: fn(&str) -> Option<T>,
+    choices: &str,
+) -> Result<T> {
+    let s = get_str(o, key)?;
+    parse(s).ok_or_else(|| ConfError::field(key, format!("unknown {key} {s:?} (one of {choices})")))
+}
+
 fn get_str<'a>(o: &'a serde_json::Map<String, Value>, k: &str) -> Result<&'a str> {
     match o.get(k) {
         Some(Value::String(s)) => Ok(s),
@@ -167,29 +178,19 @@ pub fn parse_header(v: &Value, lim: &InputLimits) -> Result<CaseHeader> {
         Some(Value::String(s)) => s.clone(),
         Some(_) => return Err(ConfError::field("id", "must be a string")),
     };
-    let op_s = get_str(o, "op")?;
-    let op = Op::from_name(op_s).ok_or_else(|| {
-        ConfError::field(
-            "op",
-            format!(
-                "unknown op {op_s:?} (one of forward, backward, eval, sync_forward, sync_backward)"
-            ),
-        )
-    })?;
-    let lay_s = get_str(o, "layout")?;
-    let layout = Layout::from_name(lay_s).ok_or_else(|| {
-        ConfError::field(
-            "layout",
-            format!("unknown layout {lay_s:?} (one of rows, flat, chw, nchw, nhwc)"),
-        )
-    })?;
-    let dt_s = get_str(o, "dtype")?;
-    let dtype = Dtype::from_name(dt_s).ok_or_else(|| {
-        ConfError::field(
-            "dtype",
-            format!("unknown dtype {dt_s:?} (one of f64, f32, f16, bf16, exact)"),
-        )
-    })?;
+    let op = named(
+        o,
+        "op",
+        Op::from_name,
+        "forward, backward, eval, sync_forward, sync_backward",
+    )?;
+    let layout = named(
+        o,
+        "layout",
+        Layout::from_name,
+        "rows, flat, chw, nchw, nhwc",
+    )?;
+    let dtype = named(o, "dtype", Dtype::from_name, "f64, f32, f16, bf16, exact")?;
     let shape_v = o
         .get("shape")
         .ok_or_else(|| ConfError::field("shape", "missing"))?;
