@@ -219,23 +219,21 @@ fn parse_shape(v: &str) -> Option<Vec<u64>> {
 pub fn write_npy(path: &Path, shape: &[usize], data: &NpyData) -> Result<()> {
     let shape: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
     write_atomic(path, |w| match data {
-        NpyData::F32(v) => {
-            let mut wr = npyz::WriteOptions::new()
-                .default_dtype()
-                .shape(&shape)
-                .writer(w)
-                .begin_nd()?;
-            wr.extend(v.iter().copied())?;
-            wr.finish()
-        }
-        NpyData::F64(v) => {
-            let mut wr = npyz::WriteOptions::new()
-                .default_dtype()
-                .shape(&shape)
-                .writer(w)
-                .begin_nd()?;
-            wr.extend(v.iter().copied())?;
-            wr.finish()
-        }
+        NpyData::F32(v) => write_typed(w, &shape, v),
+        NpyData::F64(v) => write_typed(w, &shape, v),
     })
+}
+
+fn write_typed<T: npyz::AutoSerialize + Copy>(
+    w: &mut dyn std::io::Write,
+    shape: &[u64],
+    v: &[T],
+) -> std::io::Result<()> {
+    let mut wr = npyz::WriteOptions::new()
+        .default_dtype()
+        .shape(shape)
+        .writer(w)
+        .begin_nd()?;
+    wr.extend(v.iter().copied())?;
+    wr.finish()
 }
