@@ -7,7 +7,16 @@ Every operation runs in the case dtype (float32 or float64): two-pass `x.mean(ax
 `x.var(axis)` (biased), `(x - mean) / np.sqrt(var + eps)` with eps rounded to the dtype
 (what `var + 1e-5` does on a float32 array under numpy 2), the standard three-term backward
 formula, and for the sync ops `var = m2 - mean**2` formed in the dtype from the handed-in
-statistics.  The layout only chooses the reduction axes."""
+statistics.  The layout only chooses the reduction axes.
+
+running_update (both conventions, textbook, in the case dtype with a = dtype(momentum)):
+  pytorch: new_mean = (1-a)*running_mean + a*mean,
+           new_var  = (1-a)*running_var + a*x.var(ddof=1)   (ddof=0 when m = 1)
+  onnx:    new_mean = a*running_mean + (1-a)*mean,  new_var = a*running_var + (1-a)*x.var()
+sync_stats (textbook count-weighted all-reduce): N = sum(n), mean = sum(n*shard_mean)/N,
+  m2 = sum(n*shard_m2)/N, var = m2 - mean**2; shards with n = 0 are masked out with
+  np.where (their values are arbitrary).
+An op this adapter does not know is reported as unsupported, never as a failure."""
 
 import os
 import sys
@@ -15,12 +24,27 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _protocol import AXES, main  # noqa: E402
+from _protocol import AXES, Unsupported, main  # noqa: E402
+
+
+def sync_stats(inp):
+    n, smean, sm2 = inp["shard_count"], inp["shard_mean"], inp["shard_m2"]  # [R], [C, R], [C, R]
+    dt = smean.dtype.type
+    live = n > 0
+    total = n.sum()
+    mean = np.where(live, n * smean, dt(0)).sum(axis=1) / total
+    m2 = np.where(live, n * sm2, dt(0)).sum(axis=1) / total
+    var = m2 - mean * mean
+    return {"mean": mean, "m2": m2, "var": var}
 
 
 def run_case(case, inp):
     op, layout = case["op"], case["layout"]
+    if op == "sync_stats":
+        return sync_stats(inp)
     cax, axes = AXES[layout]
+    if "x" not in inp:
+        raise Unsupported(f"numpy_bn: op {op} (no input x) is not implemented")
     x = inp["x"]
     dt = x.dtype.type
     eps = dt(case["eps"])
@@ -76,7 +100,20 @@ def run_case(case, inp):
         dbeta = dy.sum(axis=axes)
         return {"dx": dx, "dgamma": dgamma, "dbeta": dbeta}
 
-    raise ValueError(f"unknown op {op}")
+    if op == "running_update":
+        rm, rv = inp["running_mean"], inp["running_var"]
+        a = dt(case["momentum"])
+        one = dt(1)
+        mean = x.mean(axis=axes)
+        if case["convention"] == "pytorch":
+            unbiased = x.var(axis=axes, ddof=1 if m > 1 else 0)
+            return {"new_mean": (one - a) * rm + a * mean, "new_var": (one - a) * rv + a * unbiased}
+        if case["convention"] == "onnx":
+            var = x.var(axis=axes)
+            return {"new_mean": a * rm + (one - a) * mean, "new_var": a * rv + (one - a) * var}
+        raise Unsupported(f"numpy_bn: running_update convention {case['convention']!r} not implemented")
+
+    raise Unsupported(f"numpy_bn: op {op} not implemented")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,13 @@ nchw as is, nhwc [N, H, W, C] -> transpose to [N, C, H, W] (and back for y).
   (numpy) and runs eval with it.  The result thus judges that subtraction plus ORT's eval.
 - backward, sync_backward: unsupported (ONNX Runtime's inference build has no
   BatchNormalization gradient).
+- running_update, convention "onnx": training_mode=1 with momentum=a, running statistics in
+  input_mean/input_var; the running_mean/running_var outputs are ONNX's
+  input*momentum + batch*(1-momentum) with the biased batch variance, i.e. exactly the onnx
+  convention.  `momentum` is a float32 attribute like `epsilon` (float32(a) also for float64
+  models).  Convention "pytorch": unsupported (ONNX's running variance is biased; a -> 1-a
+  would fix the weights but not the m/(m-1) factor).
+- sync_stats and any op this adapter does not know: unsupported (ONNX has no all-reduce).
 
 ONNX stores `epsilon` as a float32 attribute: the case's eps reaches the kernel as
 float32(eps) (1e-5 becomes 9.99999974738e-06), for float64 tensors too.  The harness judges
@@ -43,8 +50,8 @@ ONNX_T = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE}
 _sessions = {}
 
 
-def session(dt, shape, eps, train):
-    key = (dt, tuple(shape), float(eps), train)
+def session(dt, shape, eps, train, momentum=0.0):
+    key = (dt, tuple(shape), float(eps), train, float(momentum))
     if key in _sessions:
         return _sessions[key]
     T = ONNX_T[dt]
@@ -55,7 +62,7 @@ def session(dt, shape, eps, train):
         ["X", "scale", "B", "input_mean", "input_var"],
         outs,
         epsilon=float(eps),
-        momentum=0.0,
+        momentum=float(momentum),
         training_mode=1 if train else 0,
     )
     graph = helper.make_graph(
@@ -99,24 +106,33 @@ def run_case(case, inp):
     op, layout = case["op"], case["layout"]
     if op in ("backward", "sync_backward"):
         raise Unsupported("onnxruntime: BatchNormalization has no backward (gradient) kernel in ONNX Runtime inference")
+    if op not in ("forward", "eval", "sync_forward", "running_update"):
+        raise Unsupported(f"onnxruntime: no ONNX operator for op {op}")
     x = inp["x"]
     dt = x.dtype.type
     xn = to_nc(layout, x)
-    feeds = {"X": xn, "scale": inp["gamma"], "B": inp["beta"]}
+    feeds = {"X": xn, "scale": inp.get("gamma"), "B": inp.get("beta")}
     c = xn.shape[1]
     if op == "forward":
         feeds["input_mean"] = np.zeros(c, dt)
         feeds["input_var"] = np.ones(c, dt)
         y, mean, var = session(dt, xn.shape, case["eps"], True).run(None, feeds)
         return {"y": from_nc(layout, y), "mean": mean, "var": var}
+    if op == "running_update":
+        if case["convention"] != "onnx":
+            raise Unsupported(
+                f"onnxruntime: running statistics follow the onnx convention (biased variance), not {case['convention']}"
+            )
+        feeds = {"X": xn, "scale": np.ones(c, dt), "B": np.zeros(c, dt)}
+        feeds["input_mean"], feeds["input_var"] = inp["running_mean"], inp["running_var"]
+        _, new_mean, new_var = session(dt, xn.shape, case["eps"], True, case["momentum"]).run(None, feeds)
+        return {"new_mean": new_mean, "new_var": new_var}
     if op == "eval":
         feeds["input_mean"], feeds["input_var"] = inp["mean"], inp["var"]
     elif op == "sync_forward":
         mean = inp["mean"]
         feeds["input_mean"] = mean
         feeds["input_var"] = inp["m2"] - mean * mean  # in the case dtype, by the adapter
-    else:
-        raise ValueError(f"unknown op {op}")
     eps = case["eps"]
     if FOLD:
         feeds["input_var"] = feeds["input_var"] + dt(eps)
