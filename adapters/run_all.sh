@@ -1,11 +1,27 @@
 #!/usr/bin/env bash
-# Judges every adapter in f32 and f64 with `bnconf check --exec` (default suite).
-# Writes adapters/results/<adapter>-<dtype>.json (--report) and .txt (the printed table).
+# Judges the adapters in f32 and f64 with `bnconf check --exec` (default suite).
+# Writes adapters/results/<adapter>-<dtype>.json (--report, committed) and .txt / .stderr.txt
+# (the printed table and the adapter's stderr, git-ignored).
+#
+# Usage: bash adapters/run_all.sh            numpy_bn, onnxruntime_bn (the cheap set CI runs)
+#        bash adapters/run_all.sh --heavy    also jax_bn, flax_bn, tf_keras_bn, tf_fused_bn
+#                                            (bash adapters/setup.sh --heavy), and the Rust
+#                                            peers through adapters/rust/run.sh if it exists
+#        ADAPTERS_HEAVY=1 bash adapters/run_all.sh   same as --heavy
+#        RUST_PEERS=0 ... --heavy                    skip adapters/rust/run.sh
 # Needs: bash adapters/setup.sh (the venv), and a built bnconf:
 #   CARGO_TARGET_DIR=/work/target-adapters cargo build --release -p bnconf
-# or point BNCONF at one.  Exits non-zero only if the harness itself failed (status 2+).
+# or point BNCONF at one.  Exits non-zero only if the harness itself failed (status 2+);
+# a 1 from `bnconf check` means a kernel does not conform, which is a finding.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+HEAVY=${ADAPTERS_HEAVY:-0}
+for arg in "$@"; do
+  case $arg in
+    --heavy) HEAVY=1 ;;
+    *) echo "usage: bash adapters/run_all.sh [--heavy]" >&2; exit 2 ;;
+  esac
+done
 PY=${PY:-adapters/.venv/bin/python}
 BNCONF=${BNCONF:-}
 usable() { [ -x "$1" ] && "$1" check --help 2>/dev/null | grep -q -- '--exec'; }
@@ -17,24 +33,50 @@ fi
 usable "$BNCONF" || { echo "run_all.sh: no working bnconf binary with 'check --exec' (set BNCONF=...)" >&2; exit 2; }
 echo "bnconf: $BNCONF"
 [ -x "$PY" ] || { echo "run_all.sh: no $PY (run bash adapters/setup.sh)" >&2; exit 2; }
+if [ "$HEAVY" = 1 ] && ! "$PY" -c 'import jax, flax, tensorflow' 2>/dev/null; then
+  echo "run_all.sh: --heavy needs jax, flax and tensorflow in $PY (run bash adapters/setup.sh --heavy)" >&2
+  exit 2
+fi
 mkdir -p adapters/results
 worst=0
-for adapter in numpy_bn onnxruntime_bn; do
-  for dtype in f32 f64; do
-    base=adapters/results/$adapter-$dtype
-    "$BNCONF" check --suite default --dtype "$dtype" --exec "$PY adapters/$adapter.py" \
-      --report "$base.json" > "$base.txt" 2> "$base.stderr.txt"
-    rc=$?
-    echo "$adapter $dtype: exit $rc ($(tail -n1 "$base.txt"))"
-    if [ "$rc" -ge 2 ]; then worst=$rc; cat "$base.stderr.txt" >&2; fi
-  done
+
+# run NAME SCRIPT DTYPE "ENV=VAL ..." [extra bnconf check arguments]
+run() {
+  local name=$1 script=$2 dtype=$3 envs=$4
+  shift 4
+  local base=adapters/results/$name-$dtype
+  # shellcheck disable=SC2086  # $envs: zero or more VAR=value words
+  env $envs "$BNCONF" check --suite default --dtype "$dtype" "$@" --exec "$PY adapters/$script" \
+    --report "$base.json" > "$base.txt" 2> "$base.stderr.txt"
+  local rc=$?
+  echo "$name $dtype${envs:+ ($envs)}: exit $rc ($(tail -n1 "$base.txt"))"
+  if [ "$rc" -ge 2 ]; then worst=$rc; tail -n 30 "$base.stderr.txt" >&2; fi
+}
+
+for dtype in f32 f64; do
+  run numpy_bn numpy_bn.py $dtype ""
+  run onnxruntime_bn onnxruntime_bn.py $dtype ""
 done
 # Diagnostic: ORT in f64 with eps folded into the handed-in variance (see onnxruntime_bn.py),
 # to separate the float32 epsilon attribute from ORT's own arithmetic.
-base=adapters/results/onnxruntime_bn_epsfold-f64
-ORT_BN_EPS=fold "$BNCONF" check --suite default --dtype f64 --ops eval,sync_forward \
-  --exec "$PY adapters/onnxruntime_bn.py" --report "$base.json" > "$base.txt" 2> "$base.stderr.txt"
-rc=$?
-echo "onnxruntime_bn (ORT_BN_EPS=fold) f64 eval,sync_forward: exit $rc ($(tail -n1 "$base.txt"))"
-if [ "$rc" -ge 2 ]; then worst=$rc; cat "$base.stderr.txt" >&2; fi
+run onnxruntime_bn_epsfold onnxruntime_bn.py f64 "ORT_BN_EPS=fold" --ops eval,sync_forward
+
+if [ "$HEAVY" = 1 ]; then
+  for dtype in f32 f64; do
+    run jax_bn jax_bn.py $dtype ""
+    run jax_bn_stable jax_bn.py $dtype "JAX_BN_ALGORITHM=stable"
+    run flax_bn flax_bn.py $dtype ""
+    run tf_keras_bn tf_keras_bn.py $dtype ""
+    run tf_fused_bn tf_fused_bn.py $dtype ""
+  done
+  # Diagnostic: the fused op's forward with var read from reserve_space_2 (the biased batch
+  # variance on CPU) instead of its Bessel-corrected batch_variance output (tf_fused_bn.py).
+  run tf_fused_bn_reserve tf_fused_bn.py f32 "TF_FUSED_VAR=reserve" --ops forward
+  if [ "${RUST_PEERS:-1}" != 0 ] && [ -f adapters/rust/run.sh ]; then
+    bash adapters/rust/run.sh "$BNCONF"
+    rc=$?
+    echo "adapters/rust/run.sh: exit $rc"
+    if [ "$rc" -ge 2 ]; then worst=$rc; fi
+  fi
+fi
 exit $worst

@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
 # Creates adapters/.venv with the pinned PyPI packages the Python adapters need.
+# Usage: bash adapters/setup.sh            numpy, onnx, onnxruntime (requirements.txt; what CI installs)
+#        bash adapters/setup.sh --heavy    also jax, jaxlib, flax, tensorflow-cpu, keras
+#                                          (requirements-heavy.txt, about 2 GB installed), same venv
 set -euo pipefail
 cd "$(dirname "$0")/.."
+reqs=(-r adapters/requirements.txt)
+for arg in "$@"; do
+  case $arg in
+    --heavy) reqs+=(-r adapters/requirements-heavy.txt) ;;
+    *) echo "usage: bash adapters/setup.sh [--heavy]" >&2; exit 2 ;;
+  esac
+done
 python3 -m venv adapters/.venv
 adapters/.venv/bin/pip install --quiet --upgrade pip
-adapters/.venv/bin/pip install -r adapters/requirements.txt
+adapters/.venv/bin/pip install "${reqs[@]}"
