@@ -44,7 +44,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _protocol import Unsupported, main  # noqa: E402
+from _protocol import AXES, Unsupported, main  # noqa: E402
 
 RESERVE = os.environ.get("TF_FUSED_VAR", "") == "reserve"
 NAME = "tf_fused_bn" + ("_reserve" if RESERVE else "")
@@ -77,7 +77,7 @@ def run_case(case, inp):
         raise Unsupported(f"{NAME}: the fused running variance is Bessel-corrected (pytorch convention), not {case['convention']}")
     x4, fmt = to4(layout, x)
     eps = float(case["eps"])
-    c = x.shape[{"nhwc": 3}.get(layout, 1 if layout == "nchw" else 0)]
+    c = x.shape[AXES[layout][0]]
     ones, zeros = np.ones(c, np.float32), np.zeros(c, np.float32)
     if op == "forward":
         if RESERVE:
