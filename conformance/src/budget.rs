@@ -38,6 +38,15 @@
 //! | sync_forward `y` | `|g*h_i| + |b| + |g*h_i|*r²*(|m2| + mean²)/2` |
 //! | sync_backward `dx` | `|g|*r*(|dy_i| + |A| + |h_i*K|) + |g|*r³*(|dy_i| + |A| + 2|h_i*K|)*(|m2| + mean²)/2` |
 //! | sync_backward `dgamma` | `Σ|dy*h| * (1 + r²*(|m2| + mean²)/2)` |
+//! | running_update `new_mean` | `w_old*|rm| + w_batch*X1` |
+//! | running_update `new_var` | `w_old*|rv| + w_batch*c*mean(d²)`, plus `mag2 = w_batch*c*4*k(m)*X1²` |
+//! | sync_stats `mean`, `m2` | `Σ w_r*|mean_r|`, `Σ w_r*|m2_r|` (`w_r = n_r/N`) |
+//! | sync_stats `var` | `Σ w_r*|m2_r| + Σ w_r*mean_r² + 2*|mean|*Σ w_r*|mean_r| + mean²` |
+//!
+//! (`running_update`: `a` = momentum, `(w_old, w_batch)` = `(1-a, a)` for PyTorch and
+//! `(a, 1-a)` for ONNX, `c` = `m/(m-1)` for PyTorch (1 at m = 1) and 1 for ONNX; the
+//! momentum is perturbed like an input, counts of `sync_stats` are not: they are exact
+//! integers. Their `cond` bounds are in [`bound_running_update`] and [`bound_sync_stats`].)
 //!
 //! Reasons: a kernel computes the mean with an error `|δ| <= k*u*X1` (a sum of `|x|`, not of `x`:
 //! DESIGN's `|mean|` is replaced by `X1 >= |mean|`, which is the summation's error bound and
@@ -231,7 +240,7 @@ pub fn budgets(
                 }
                 v
             }
-            Extent::Channel => per_channel.iter().map(|ch| ch[o][0]).collect(),
+            Extent::Channel | Extent::Shards => per_channel.iter().map(|ch| ch[o][0]).collect(),
         };
         out.insert(name, v);
     }
@@ -280,10 +289,19 @@ pub fn exact_channel_conds(
 ) -> Result<Vec<Vec<f64>>, SpecError> {
     let mut flat: Vec<QSqrt> = Vec::new();
     let mut spans: Vec<(&'static str, usize, usize)> = Vec::new();
-    for &name in op.inputs() {
-        let v = &inp.values[name];
+    // Every input of the channel, `momentum` included; `shard_count` is differentiated but
+    // not perturbed (counts are exact integers, like `eps`).
+    let mut abs_in: Vec<QSqrt> = Vec::new();
+    for (&name, v) in &inp.values {
         spans.push((name, flat.len(), v.len()));
         flat.extend(v.iter().cloned());
+        abs_in.extend(v.iter().map(|e| {
+            if name == "shard_count" {
+                QSqrt::int(0)
+            } else {
+                e.abs()
+            }
+        }));
     }
     let eps_d = Dual::constant(QSqrt::rational(eps.clone()));
     let f = |duals: &[Dual<QSqrt>]| -> Result<Vec<Dual<QSqrt>>, SpecError> {
@@ -291,11 +309,14 @@ pub fn exact_channel_conds(
             .iter()
             .map(|&(n, s, l)| (n, duals[s..s + l].to_vec()))
             .collect();
-        let outs = channel_op(op, c, &ChannelIn { values }, &eps_d)?;
+        let chin = ChannelIn {
+            values,
+            convention: inp.convention,
+        };
+        let outs = channel_op(op, c, &chin, &eps_d)?;
         Ok(outs.into_iter().flatten().collect())
     };
     let jac = jacobian(f, &flat)?;
-    let abs_in: Vec<QSqrt> = flat.iter().map(QSqrt::abs).collect();
     let rows: Vec<f64> = jac
         .iter()
         .map(|row| {
@@ -308,13 +329,13 @@ pub fn exact_channel_conds(
             round_up_f64(&s)
         })
         .collect();
-    let m = inp.values["x"].len();
+    let m = inp.values[op.cell_input()].len();
     let mut out = Vec::new();
     let mut at = 0;
     for &name in op.outputs() {
         let l = match Op::extent(name) {
             Extent::Cells => m,
-            Extent::Channel => 1,
+            Extent::Channel | Extent::Shards => 1,
         };
         out.push(rows[at..at + l].to_vec());
         at += l;
@@ -452,6 +473,11 @@ fn bound_channel(
     inp: &ChannelIn<QSqrt>,
     eps: &Rational,
 ) -> Result<Vec<Vec<ElementBudget>>, SpecError> {
+    match op {
+        Op::RunningUpdate => return Ok(bound_running_update(inp)),
+        Op::SyncStats => return Ok(bound_sync_stats(inp)),
+        _ => {}
+    }
     let xs = &inp.values["x"];
     let m = xs.len();
     let mf = m as f64;
@@ -503,6 +529,7 @@ fn bound_channel(
             });
             (iv_of(&inp.values["mean"][0]), r)
         }
+        Op::RunningUpdate | Op::SyncStats => unreachable!("returned above"),
     };
     let ru = r.up();
     let d: Vec<Iv> = x.iter().map(|e| e.sub(mu)).collect();
@@ -626,5 +653,92 @@ fn bound_channel(
             let s1 = sum_f(ady.iter().copied());
             vec![dx, vec![dgamma], vec![eb(s1, s1)]]
         }
+        Op::RunningUpdate | Op::SyncStats => unreachable!("returned above"),
     })
+}
+
+/// `running_update` (module docs' model; `a` = momentum, `w_old`, `w_batch` its weights,
+/// `c` the Bessel factor of the convention, 1 for ONNX):
+///
+/// * `new_mean`: `cond = w_old*|rm| + w_batch*X1 + a*|mean - rm|` (the `a` entry: a kernel
+///   may hold the momentum in its dtype), `mag = w_old*|rm| + w_batch*X1`.
+/// * `new_var`: `cond = w_old*|rv| + w_batch*c*2*mean|d*x| + a*|c*var - rv|`,
+///   `mag = w_old*|rv| + w_batch*c*mean(d²)`, `mag2 = w_batch*c*4*k(m)*X1²` (forward's var).
+///
+/// These are the exact componentwise condition numbers (each Jacobian entry has one sign),
+/// evaluated as upper bounds.
+fn bound_running_update(inp: &ChannelIn<QSqrt>) -> Vec<Vec<ElementBudget>> {
+    let xs = &inp.values["x"];
+    let m = xs.len();
+    let mf = m as f64;
+    let x: Vec<Iv> = xs.iter().map(iv_of).collect();
+    let ax: Vec<f64> = x.iter().map(|e| e.up()).collect();
+    let x1 = sum_f(ax.iter().copied()) / mf;
+    let mu = sum_iv(&x).div(mf);
+    let d: Vec<Iv> = x.iter().map(|e| e.sub(mu)).collect();
+    let ad: Vec<f64> = d.iter().map(|e| e.up()).collect();
+    let var = sum_iv(&d.iter().map(|e| e.mul(*e)).collect::<Vec<_>>()).div(mf);
+    let dx = sum_f(ad.iter().zip(&ax).map(|(a, b)| a * b)) / mf;
+    let var_mag = sum_f(ad.iter().map(|a| a * a)) / mf;
+    let one = |n: &str| iv_of(&inp.values[n][0]);
+    let (rm, rv, a) = (one("running_mean"), one("running_var"), one("momentum"));
+    let pytorch = inp.convention == Some(spec::op::Convention::Pytorch);
+    let one_minus = Iv { v: 1.0, e: 0.0 }.sub(a);
+    let (w_old, w_batch) = if pytorch {
+        (one_minus, a)
+    } else {
+        (a, one_minus)
+    };
+    let c = if pytorch && m > 1 {
+        mf / (mf - 1.0) * (1.0 + 2.0 * U64)
+    } else {
+        1.0
+    };
+    let (wo, wb, au) = (w_old.up(), w_batch.up(), a.up());
+    let new_mean = eb(
+        wo * rm.up() + wb * x1 + au * mu.sub(rm).up(),
+        wo * rm.up() + wb * x1,
+    );
+    let mut new_var = eb(
+        wo * rv.up() + wb * c * 2.0 * dx + au * var.scale(c).sub(rv).up(),
+        wo * rv.up() + wb * c * var_mag,
+    );
+    new_var.mag2 = wb * c * 4.0 * k_allowance(m) * x1 * x1 * SAFE;
+    vec![vec![new_mean], vec![new_var]]
+}
+
+/// `sync_stats` (`w_r = n_r/N`; counts are exact and not perturbed):
+///
+/// * `mean`: `cond = mag = Σ w_r*|mean_r|`; `m2`: `cond = mag = Σ w_r*|m2_r|`.
+/// * `var = m2 - mean²`: `cond = Σ w_r*|m2_r| + 2*|mean|*Σ w_r*|mean_r|` (exact),
+///   `mag = Σ w_r*|m2_r| + Σ w_r*mean_r² + 2*|mean|*Σ w_r*|mean_r| + mean²`: the summands of
+///   the raw-moment form and of Chan's centred merge (`m2_r - mean_r²` per shard).
+fn bound_sync_stats(inp: &ChannelIn<QSqrt>) -> Vec<Vec<ElementBudget>> {
+    let n: Vec<f64> = inp.values["shard_count"]
+        .iter()
+        .map(|v| iv_of(v).v)
+        .collect();
+    let total = sum_f(n.iter().copied());
+    let w: Vec<f64> = n
+        .iter()
+        .map(|&k| {
+            if k == 0.0 {
+                0.0
+            } else {
+                k / total * (1.0 + 2.0 * U64)
+            }
+        })
+        .collect();
+    let mu: Vec<Iv> = inp.values["shard_mean"].iter().map(iv_of).collect();
+    let m2: Vec<Iv> = inp.values["shard_m2"].iter().map(iv_of).collect();
+    let s_mu = sum_f(w.iter().zip(&mu).map(|(w, v)| w * v.up()));
+    let s_m2 = sum_f(w.iter().zip(&m2).map(|(w, v)| w * v.up()));
+    let s_mu2 = sum_f(w.iter().zip(&mu).map(|(w, v)| w * v.up() * v.up()));
+    // |mean| <= Σ w_r |mean_r|
+    let var_cond = s_m2 + 2.0 * s_mu * s_mu;
+    vec![
+        vec![eb(s_mu, s_mu)],
+        vec![eb(s_m2, s_m2)],
+        vec![eb(var_cond, s_m2 + s_mu2 + 2.0 * s_mu * s_mu + s_mu * s_mu)],
+    ]
 }

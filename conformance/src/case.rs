@@ -6,7 +6,7 @@ use crate::npy::{read_npy, NpyData};
 use serde_json::Value;
 use spec::exact::parse::{parse_exact_with, parse_rational_with, Limits};
 use spec::exact::round::{f64_to_rational, round, FloatFormat};
-use spec::op::Extent;
+use spec::op::{Convention, Extent, Params};
 use spec::{Geometry, Layout, Op, Problem, QSqrt, Rational};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -76,6 +76,8 @@ pub struct Case {
     pub dtype: Dtype,
     /// `eps` as written (exact).
     pub eps_text: String,
+    /// `momentum` as written (`running_update` only).
+    pub momentum_text: Option<String>,
     /// The exact problem (inputs already rounded to `dtype`).
     pub problem: Problem,
     /// Extra fields of the case object kept verbatim (e.g. `level`, `tags`).
@@ -154,6 +156,10 @@ pub struct CaseHeader {
     pub eps_text: String,
     /// `eps`, exact.
     pub eps: Rational,
+    /// `momentum` (exact) and `convention` of `running_update`.
+    pub params: Params,
+    /// `momentum` as written.
+    pub momentum_text: Option<String>,
     /// Extra fields of the case object kept verbatim (e.g. `level`, `tags`).
     pub extra: serde_json::Map<String, Value>,
 }
@@ -182,7 +188,7 @@ pub fn parse_header(v: &Value, lim: &InputLimits) -> Result<CaseHeader> {
         o,
         "op",
         Op::from_name,
-        "forward, backward, eval, sync_forward, sync_backward",
+        "forward, backward, eval, sync_forward, sync_backward, running_update, sync_stats",
     )?;
     let layout = named(
         o,
@@ -216,9 +222,22 @@ pub fn parse_header(v: &Value, lim: &InputLimits) -> Result<CaseHeader> {
             e.to_string().trim_start_matches("shape: ").to_string(),
         )
     })?;
-    let eps_v = o
-        .get("eps")
-        .ok_or_else(|| ConfError::field("eps", "missing"))?;
+    if op == Op::SyncStats && layout != Layout::Rows {
+        return Err(ConfError::field(
+            "layout",
+            format!(
+                "op `sync_stats` takes layout \"rows\" (shape [C, R]), got {:?}",
+                layout.name()
+            ),
+        ));
+    }
+    // `eps` is required by the ops that use it and optional (default 0) for the others.
+    let zero_eps = Value::from(0);
+    let eps_v = match o.get("eps") {
+        Some(v) => v,
+        None if !op.uses_eps() => &zero_eps,
+        None => return Err(ConfError::field("eps", "missing")),
+    };
     let eps_text = literal(eps_v)
         .ok_or_else(|| ConfError::field("eps", "must be a number or a numeric string"))?;
     let eps = parse_rational_with(&eps_text, &lim.number)
@@ -229,12 +248,41 @@ pub fn parse_header(v: &Value, lim: &InputLimits) -> Result<CaseHeader> {
             format!("must be >= 0, got {eps_text}"),
         ));
     }
+    let mut params = Params::default();
+    let mut momentum_text = None;
+    if op == Op::RunningUpdate {
+        let mv = o.get("momentum").ok_or_else(|| {
+            ConfError::field("momentum", "missing (op `running_update` needs it)")
+        })?;
+        let text = literal(mv)
+            .ok_or_else(|| ConfError::field("momentum", "must be a number or a numeric string"))?;
+        let a = parse_rational_with(&text, &lim.number)
+            .map_err(|e| ConfError::field("momentum", e.to_string()))?;
+        if a < Rational::from_integer(0.into()) || a > Rational::from_integer(1.into()) {
+            return Err(ConfError::field(
+                "momentum",
+                format!("must be in [0, 1], got {text}"),
+            ));
+        }
+        params.momentum = Some(a);
+        momentum_text = Some(text);
+        params.convention = Some(named(
+            o,
+            "convention",
+            Convention::from_name,
+            "pytorch, onnx",
+        )?);
+    }
+    // Other ops keep `momentum`/`convention`, like any unknown field, as extra fields.
     let mut extra = serde_json::Map::new();
     for (k, v) in o {
-        if !matches!(
-            k.as_str(),
-            "format" | "id" | "op" | "layout" | "shape" | "dtype" | "eps" | "inputs"
-        ) {
+        let param = op == Op::RunningUpdate && matches!(k.as_str(), "momentum" | "convention");
+        if !param
+            && !matches!(
+                k.as_str(),
+                "format" | "id" | "op" | "layout" | "shape" | "dtype" | "eps" | "inputs"
+            )
+        {
             extra.insert(k.clone(), v.clone());
         }
     }
@@ -245,6 +293,8 @@ pub fn parse_header(v: &Value, lim: &InputLimits) -> Result<CaseHeader> {
         dtype,
         eps_text,
         eps,
+        params,
+        momentum_text,
         extra,
     })
 }
@@ -258,6 +308,8 @@ pub fn parse_case(v: &Value, base: &Path, lim: &InputLimits) -> Result<Case> {
         dtype,
         eps_text,
         eps,
+        params,
+        momentum_text,
         extra,
     } = parse_header(v, lim)?;
     let o = v.as_object().expect("checked by parse_header");
@@ -289,6 +341,7 @@ pub fn parse_case(v: &Value, base: &Path, lim: &InputLimits) -> Result<Case> {
         let (want_shape, want_len) = match Op::extent(name) {
             Extent::Cells => (shape.clone(), geom.len()),
             Extent::Channel => (vec![geom.c], geom.c),
+            Extent::Shards => (vec![geom.m], geom.m),
         };
         let values = read_input(
             &field,
@@ -302,11 +355,12 @@ pub fn parse_case(v: &Value, base: &Path, lim: &InputLimits) -> Result<Case> {
         )?;
         inputs.insert(name.to_string(), values);
     }
-    let problem = Problem::new(op, geom, eps, inputs)?;
+    let problem = Problem::new_with_params(op, geom, eps, inputs, params)?;
     Ok(Case {
         id,
         dtype,
         eps_text,
+        momentum_text,
         problem,
         extra,
     })

@@ -32,6 +32,7 @@ pub fn tensor_shape(case: &Case, name: &str) -> Vec<usize> {
     match Op::extent(name) {
         Extent::Cells => case.problem.geom.shape.clone(),
         Extent::Channel => vec![case.problem.geom.c],
+        Extent::Shards => vec![case.problem.geom.m],
     }
 }
 
@@ -64,6 +65,15 @@ pub fn case_json(case: &Case) -> Value {
     o.insert("dtype".into(), json!(case.dtype.name()));
     o.insert("eps".into(), json!(case.eps_text));
     o.insert("eps_exact".into(), json!(spec::exact::fmt_rational(&p.eps)));
+    if let (Some(a), Some(conv)) = (&p.params.momentum, p.params.convention) {
+        let text = case
+            .momentum_text
+            .clone()
+            .unwrap_or_else(|| spec::exact::fmt_rational(a));
+        o.insert("momentum".into(), json!(text));
+        o.insert("momentum_exact".into(), json!(spec::exact::fmt_rational(a)));
+        o.insert("convention".into(), json!(conv.name()));
+    }
     for (k, v) in &case.extra {
         o.insert(k.clone(), v.clone());
     }

@@ -13,13 +13,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 fn shape_of(c: &SuiteCase, name: &str) -> Vec<usize> {
+    let g = || spec::Geometry::new(c.layout, &c.shape, usize::MAX).expect("valid");
     match Op::extent(name) {
         spec::op::Extent::Cells => c.shape.clone(),
-        spec::op::Extent::Channel => vec![
-            spec::Geometry::new(c.layout, &c.shape, usize::MAX)
-                .expect("valid")
-                .c,
-        ],
+        spec::op::Extent::Channel => vec![g().c],
+        spec::op::Extent::Shards => vec![g().m],
     }
 }
 
@@ -257,6 +255,23 @@ pub fn run_kernel_dir(kernel: &dyn kernels::Kernel, dir: &Path) -> Result<usize>
                 (0..data.len()).map(|i| data.get(i)).collect::<Vec<f64>>(),
             );
         }
+        let mut params = kernels::Params::default();
+        if op == kernels::Op::RunningUpdate {
+            params.momentum = v.get("momentum").and_then(Value::as_f64).ok_or_else(|| {
+                ConfError::field(format!("{}: momentum", cpath.display()), "missing")
+            })?;
+            params.convention = Some(
+                v.get("convention")
+                    .and_then(Value::as_str)
+                    .and_then(kernels::Convention::from_name)
+                    .ok_or_else(|| {
+                        ConfError::field(
+                            format!("{}: convention", cpath.display()),
+                            "missing or not one of pytorch, onnx",
+                        )
+                    })?,
+            );
+        }
         let case = kernels::Case {
             op,
             layout,
@@ -264,16 +279,19 @@ pub fn run_kernel_dir(kernel: &dyn kernels::Kernel, dir: &Path) -> Result<usize>
             dtype,
             eps,
             inputs,
+            params,
         };
         let out = cd.join("out");
         std::fs::create_dir_all(&out).map_err(|e| ConfError::io(&out, e))?;
         match kernel.run(&case) {
             Ok(res) => {
-                let (c, _, _) = kernels::channel_cells(layout, &shape)
+                let (c, m, _) = kernels::channel_cells(layout, &shape)
                     .map_err(|e| ConfError::field("shape", e))?;
                 for (name, vals) in res {
                     let sh = if kernels::is_cell_array(&name) {
                         shape.clone()
+                    } else if kernels::is_shard_array(&name) {
+                        vec![m]
                     } else {
                         vec![c]
                     };

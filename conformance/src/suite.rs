@@ -13,6 +13,7 @@ use crate::case::{Case, Dtype};
 use serde_json::{json, Value};
 use spec::exact::round::{f64_to_rational, FloatFormat};
 use spec::exact::QSqrt;
+use spec::op::{Convention, Params};
 use spec::{Geometry, Layout, Op, Problem, Rational};
 use std::collections::BTreeMap;
 
@@ -65,7 +66,11 @@ pub struct SuiteCase {
     pub shape: Vec<usize>,
     /// eps as an exact decimal string.
     pub eps: String,
-    /// Inputs by name, in the layout's order (cells) or `[C]`.
+    /// `running_update`: momentum as an exact decimal string.
+    pub momentum: Option<String>,
+    /// `running_update`: the convention.
+    pub convention: Option<Convention>,
+    /// Inputs by name, in the layout's order (cells) or `[C]` (`[R]` for `shard_count`).
     pub inputs: BTreeMap<String, Vec<f64>>,
 }
 
@@ -87,7 +92,18 @@ impl SuiteCase {
                 )
             })
             .collect();
-        Problem::new(self.op, geom, eps, inputs).expect("generated case is valid")
+        Problem::new_with_params(self.op, geom, eps, inputs, self.params())
+            .expect("generated case is valid")
+    }
+
+    /// The exact scalar parameters (`momentum`, `convention`).
+    pub fn params(&self) -> Params {
+        Params {
+            momentum: self.momentum.as_ref().map(|a| {
+                spec::exact::parse::parse_rational(a).expect("generated momentum is valid")
+            }),
+            convention: self.convention,
+        }
     }
 
     /// As a [`Case`] of the harness.
@@ -100,6 +116,7 @@ impl SuiteCase {
             id: self.id.clone(),
             dtype: Dtype::Float(self.dtype),
             eps_text: self.eps.clone(),
+            momentum_text: self.momentum.clone(),
             problem: self.problem(),
             extra,
         }
@@ -114,6 +131,15 @@ impl SuiteCase {
             dtype: kernels::Dtype::from_name(self.dtype.name()).expect("same dtype names"),
             eps: self.eps.parse::<f64>().expect("decimal eps"),
             inputs: self.inputs.clone(),
+            params: kernels::Params {
+                momentum: self
+                    .momentum
+                    .as_ref()
+                    .map_or(0.0, |a| a.parse::<f64>().expect("decimal momentum")),
+                convention: self
+                    .convention
+                    .map(|c| kernels::Convention::from_name(c.name()).expect("same names")),
+            },
         }
     }
 
@@ -121,7 +147,7 @@ impl SuiteCase {
     pub fn protocol_json(&self) -> Value {
         let eps_num: serde_json::Number =
             serde_json::from_str(&self.eps).expect("eps is a JSON number literal");
-        json!({
+        let mut v = json!({
             "format": "bnconf-case/1",
             "id": self.id,
             "op": self.op.name(),
@@ -135,7 +161,19 @@ impl SuiteCase {
             "level": self.level.name(),
             "class": self.class,
             "target": self.target,
-        })
+        });
+        if let (Some(a), Some(conv)) = (&self.momentum, self.convention) {
+            let num: serde_json::Number =
+                serde_json::from_str(a).expect("momentum is a JSON number literal");
+            let exact = spec::exact::fmt_rational(
+                &spec::exact::parse::parse_rational(a).expect("valid momentum"),
+            );
+            let o = v.as_object_mut().expect("object");
+            o.insert("momentum".into(), json!(num));
+            o.insert("momentum_exact".into(), json!(exact));
+            o.insert("convention".into(), json!(conv.name()));
+        }
+        v
     }
 }
 
@@ -506,14 +544,16 @@ pub fn generate(name: &str, dtypes: &[FloatFormat], seed: u64, filter: &Filter) 
     for &dtype in dtypes {
         for class in classes(dtype, &levels) {
             for op in Op::ALL {
-                let handed_in = matches!(op, Op::Eval | Op::SyncForward | Op::SyncBackward);
+                let handed_in = !matches!(op, Op::Forward | Op::Backward);
                 if (!filter.ops.is_empty() && !filter.ops.contains(&op))
                     || (class.far_stats && !handed_in)
                 {
                     continue;
                 }
                 for layout in Layout::ALL {
-                    if !filter.layouts.is_empty() && !filter.layouts.contains(&layout) {
+                    if (!filter.layouts.is_empty() && !filter.layouts.contains(&layout))
+                        || (op == Op::SyncStats && layout != Layout::Rows)
+                    {
                         continue;
                     }
                     let id = format!(
@@ -541,6 +581,120 @@ pub fn generate(name: &str, dtypes: &[FloatFormat], seed: u64, filter: &Filter) 
     })
 }
 
+/// One cell of a class's distribution around `(mu, sd)`; `sample` is the batch index `n`
+/// (only [`Kind::PerSampleMeans`] uses it).
+fn draw_cell(
+    rng: &mut Rng,
+    class: &Class,
+    dtype: FloatFormat,
+    center: (f64, f64),
+    sample: usize,
+) -> f64 {
+    let (mu, sd) = center;
+    let z = rng.normal();
+    let v = match class.kind {
+        Kind::Plain => mu + sd * z,
+        Kind::Sparse => {
+            if rng.below(5) == 0 {
+                mu + sd * z
+            } else {
+                0.0
+            }
+        }
+        Kind::Integer => ((rng.below(17) as i64) - 8) as f64,
+        Kind::Constant => mu,
+        Kind::PerSampleMeans => mu + 5.0 * sample as f64 + sd * z,
+    };
+    to_dtype(v, dtype)
+}
+
+/// Number of shards R of a `sync_stats` case per shape kind.
+fn shard_count_for(k: ShapeKind) -> usize {
+    match k {
+        ShapeKind::Small => 4,
+        ShapeKind::SingleCell | ShapeKind::Batch1 => 2,
+        ShapeKind::C1 => 3,
+        ShapeKind::C65 => 5,
+    }
+}
+
+/// A `sync_stats` case: R shards per channel with unequal counts (pattern drawn per case:
+/// all non-empty and unequal; unequal with one empty shard carrying stale statistics; all
+/// equal — the seed's special case), each non-empty shard's mean and E[x²] computed exactly
+/// from its cells drawn from the class and rounded to the dtype.
+fn make_sync_stats_case(rng: &mut Rng, id: String, class: &Class, dtype: FloatFormat) -> SuiteCase {
+    let c = shape_for(Layout::Rows, class.shape)[0];
+    let r = shard_count_for(class.shape);
+    let pattern = rng.below(3);
+    let mut counts: Vec<u64> = match pattern {
+        2 => vec![1 + rng.below(40); r],
+        _ => (0..r).map(|_| 1 + rng.below(40)).collect(),
+    };
+    if pattern == 1 {
+        counts[rng.below(r as u64) as usize] = 0;
+    }
+    let centers: Vec<(f64, f64)> = (0..c)
+        .map(|_| (class.center)(rng, dtype, class.param))
+        .collect();
+    let (mut means, mut m2s) = (vec![0.0; c * r], vec![0.0; c * r]);
+    for (ch, &(mu, sd)) in centers.iter().enumerate() {
+        for (s, &n) in counts.iter().enumerate() {
+            if n == 0 {
+                // An empty replica's stale statistics: finite, far from the others.
+                let spread = 50.0 * (sd + 1.0);
+                let stale = to_dtype(mu + spread * rng.range(-1.0, 1.0), dtype);
+                means[ch * r + s] = stale;
+                m2s[ch * r + s] = to_dtype(stale * stale + spread * rng.range(1.0, 4.0), dtype);
+                continue;
+            }
+            let cells: Vec<QSqrt> = (0..n as usize)
+                .map(|k| q(draw_cell(rng, class, dtype, (mu, sd), k % 3)))
+                .collect();
+            let nq = QSqrt::int(n as i64);
+            let (mut s1, mut s2) = (QSqrt::int(0), QSqrt::int(0));
+            for v in &cells {
+                s1 = s1 + v;
+                s2 = s2 + &(v * v);
+            }
+            means[ch * r + s] = round_q(&(&s1 / &nq), dtype);
+            m2s[ch * r + s] = round_q(&(&s2 / &nq), dtype);
+        }
+    }
+    let mut inputs = BTreeMap::new();
+    inputs.insert(
+        "shard_count".to_string(),
+        counts.iter().map(|&n| n as f64).collect(),
+    );
+    inputs.insert("shard_mean".to_string(), means);
+    inputs.insert("shard_m2".to_string(), m2s);
+    SuiteCase {
+        id,
+        level: class.level,
+        class: class.name.clone(),
+        target: class.target.to_string(),
+        dtype,
+        op: Op::SyncStats,
+        layout: Layout::Rows,
+        shape: vec![c, r],
+        eps: "0".to_string(),
+        momentum: None,
+        convention: None,
+        inputs,
+    }
+}
+
+/// Convention and momentum of a `running_update` case: PyTorch on `rows`, `chw`, `nhwc`,
+/// ONNX on `flat`, `nchw`; the momentum drawn from the framework defaults and the ends of
+/// [0, 1] (never 1/2, where swapping `a` and `1 − a` is invisible).
+fn running_params(rng: &mut Rng, layout: Layout) -> (Convention, &'static str) {
+    let k = rng.below(4) as usize;
+    if matches!(layout, Layout::Flat | Layout::Nchw) {
+        (Convention::Onnx, ["0.9", "0.99", "0.7", "0"][k])
+    } else {
+        (Convention::Pytorch, ["0.1", "0.01", "0.3", "1"][k])
+    }
+}
+
 fn make_case(
     rng: &mut Rng,
     id: String,
@@ -549,6 +703,9 @@ fn make_case(
     op: Op,
     layout: Layout,
 ) -> SuiteCase {
+    if op == Op::SyncStats {
+        return make_sync_stats_case(rng, id, class, dtype);
+    }
     let shape = shape_for(layout, class.shape);
     let geom = Geometry::new(layout, &shape, usize::MAX).expect("valid");
     let (c, m) = (geom.c, geom.m);
@@ -561,27 +718,8 @@ fn make_case(
     let centers: Vec<(f64, f64)> = (0..c)
         .map(|_| (class.center)(rng, dtype, class.param))
         .collect();
-    let cell = |rng: &mut Rng, ch: usize, k: usize| -> f64 {
-        let (mu, sd) = centers[ch];
-        let z = rng.normal();
-        let v = match class.kind {
-            Kind::Plain => mu + sd * z,
-            Kind::Sparse => {
-                if rng.below(5) == 0 {
-                    mu + sd * z
-                } else {
-                    0.0
-                }
-            }
-            Kind::Integer => ((rng.below(17) as i64) - 8) as f64,
-            Kind::Constant => mu,
-            Kind::PerSampleMeans => {
-                let n = k / geom.hw;
-                mu + 5.0 * n as f64 + sd * z
-            }
-        };
-        to_dtype(v, dtype)
-    };
+    let cell =
+        |rng: &mut Rng, ch: usize, k: usize| draw_cell(rng, class, dtype, centers[ch], k / geom.hw);
     // Matrix view: all shards' cells, channel-major.
     let mut xs: Vec<Vec<f64>> = vec![Vec::with_capacity(m * shards); c];
     let mut dys: Vec<Vec<f64>> = vec![Vec::with_capacity(m * shards); c];
@@ -699,8 +837,26 @@ fn make_case(
                 inputs.insert("mean_dy_xhat".into(), mdyx);
             }
         }
+        Op::RunningUpdate => {
+            // Running statistics away from the batch's (far ones for far-statistics classes).
+            let far = if class.far_stats { 10.0 } else { 1.0 };
+            let (mut rm, mut rv) = (Vec::new(), Vec::new());
+            for &(mu, sd) in &centers {
+                let s = sd.max(1e-3);
+                rm.push(to_dtype(mu + far * 2.0 * s * rng.range(-1.0, 1.0), dtype));
+                rv.push(to_dtype(s * s * rng.range(0.25, 4.0) * far, dtype));
+            }
+            inputs.insert("running_mean".into(), rm);
+            inputs.insert("running_var".into(), rv);
+        }
         _ => {}
     }
+    let (momentum, convention) = if op == Op::RunningUpdate {
+        let (conv, a) = running_params(rng, layout);
+        (Some(a.to_string()), Some(conv))
+    } else {
+        (None, None)
+    };
     SuiteCase {
         id,
         level: class.level,
@@ -710,7 +866,13 @@ fn make_case(
         op,
         layout,
         shape,
-        eps: class.eps.to_string(),
+        eps: if op.uses_eps() {
+            class.eps.to_string()
+        } else {
+            "0".to_string()
+        },
+        momentum,
+        convention,
         inputs,
     }
 }
@@ -754,6 +916,8 @@ pub fn ill_posed(case: &SuiteCase) -> Option<String> {
                 let var = spec::channel::sync_var(&mu, &m2);
                 (&var + &eps, &m2.abs() + &(&QSqrt::int(2) * &(&mu * &mu)))
             }
+            // No square root: nothing is ill-posed.
+            Op::RunningUpdate | Op::SyncStats => return None,
         };
         if qv.signum() <= 0 {
             return Some(format!("channel {c}: var + eps = {} <= 0", qv));

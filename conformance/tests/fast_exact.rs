@@ -335,7 +335,10 @@ fn larger_channels_all_layouts() {
         (Layout::Nhwc, vec![2, 8, 8, 3]),
         (Layout::Rows, vec![3, 256]),
     ] {
-        for op in Op::ALL {
+        for op in Op::ALL
+            .into_iter()
+            .filter(|o| conformance::fast::covers(*o))
+        {
             let p = build(
                 op,
                 layout,

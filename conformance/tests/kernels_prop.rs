@@ -33,6 +33,7 @@ use proptest::sample::Index;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
 use serde_json::{json, Value};
 use spec::exact::round::{f64_to_rational, round, FloatFormat};
+use spec::op::Convention;
 use spec::{Geometry, Layout, Op, QSqrt};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -193,8 +194,14 @@ fn shape_strategy(ops: Vec<Op>, allow_range: bool) -> impl Strategy<Value = Shap
         prop_oneof![2 => Just(Stats::Exact), 1 => Just(Stats::Near), 2 => Just(Stats::Far)],
     )
         .prop_map(|(op, layout, dtype, c, m, i1, i2, shards, class, stats)| {
-            let handed_in = matches!(op, Op::Eval | Op::SyncForward | Op::SyncBackward);
+            let handed_in = !matches!(op, Op::Forward | Op::Backward);
             let sync = matches!(op, Op::SyncForward | Op::SyncBackward);
+            // sync_stats: rows [C, R], one value per shard.
+            let layout = if op == Op::SyncStats {
+                Layout::Rows
+            } else {
+                layout
+            };
             // N only where the layout has a batch axis, H only where it has one.
             let d1 = divisors(m);
             let n = match layout {
@@ -521,11 +528,67 @@ fn build(sh: &Shape, d: &Draw) -> Option<SuiteCase> {
                 inputs.insert("mean_dy_xhat".into(), mdyx);
             }
         }
+        Op::RunningUpdate => {
+            // Running statistics near or far from the batch's.
+            let far = if sh.stats == Stats::Far { 10.0 } else { 1.0 };
+            let (mut rm, mut rv) = (Vec::new(), Vec::new());
+            for (xrow, &(a, b)) in xs.iter().zip(&d.stat_t) {
+                let row: Vec<QSqrt> = xrow[..m].iter().map(|&x| q(x)).collect();
+                let (mu, v) = spec::channel::batch_stats(&row);
+                let (mu, v) = (
+                    round_q(&mu, FloatFormat::F64),
+                    round_q(&v, FloatFormat::F64),
+                );
+                let sd = if v > 0.0 { v.sqrt() } else { 1.0 };
+                rm.push(to_dtype(mu + far * 2.0 * sd * a, dtype));
+                rv.push(to_dtype(sd * sd * 4f64.powf(b) * far, dtype));
+            }
+            inputs.insert("running_mean".into(), rm);
+            inputs.insert("running_var".into(), rv);
+        }
+        Op::SyncStats => {
+            // Cell k of a channel's row stands for shard k: its mean, and E[x²] = mean² plus
+            // a spread; counts 0..=6 from the integer draws (not all 0).
+            let mut counts: Vec<f64> = (0..m)
+                .map(|k| (d.ints[k].unsigned_abs() % 7) as f64)
+                .collect();
+            if counts.iter().all(|&n| n == 0.0) {
+                counts[0] = 1.0;
+            }
+            let (mut means, mut m2s) = (vec![0.0; c * m], vec![0.0; c * m]);
+            for (ch, row) in xs.iter().enumerate() {
+                let sd = centres[ch].1;
+                for k in 0..m {
+                    let (v, z) = (row[k], d.dy[ch * m + k]);
+                    means[ch * m + k] = v;
+                    m2s[ch * m + k] = to_dtype(v * v + sd * sd * z * z, dtype);
+                }
+            }
+            inputs.insert("shard_count".into(), counts);
+            inputs.insert("shard_mean".into(), means);
+            inputs.insert("shard_m2".into(), m2s);
+        }
         _ => {}
     }
     if inputs.values().flatten().any(|v| !v.is_finite()) {
         return None;
     }
+    let (momentum, convention) = if sh.op == Op::RunningUpdate {
+        let k = (d.ints[0].unsigned_abs() % 4) as usize;
+        if d.keep[0] {
+            (
+                Some(["0.9", "0.99", "0.7", "0"][k].to_string()),
+                Some(Convention::Onnx),
+            )
+        } else {
+            (
+                Some(["0.1", "0.01", "0.3", "1"][k].to_string()),
+                Some(Convention::Pytorch),
+            )
+        }
+    } else {
+        (None, None)
+    };
     let level = if sh.class.is_range() {
         Level::Range
     } else if matches!(sh.class, Class::Gaussian | Class::Offset)
@@ -557,7 +620,13 @@ fn build(sh: &Shape, d: &Draw) -> Option<SuiteCase> {
         op: sh.op,
         layout: sh.layout,
         shape,
-        eps: d.eps.to_string(),
+        eps: if sh.op.uses_eps() {
+            d.eps.to_string()
+        } else {
+            "0".to_string()
+        },
+        momentum,
+        convention,
         inputs,
     })
 }
@@ -1000,6 +1069,8 @@ fn regression_vectors() {
             layout: p.geom.layout,
             shape: p.geom.shape.clone(),
             eps: case.eps_text.clone(),
+            momentum: case.momentum_text.clone(),
+            convention: p.params.convention,
             inputs: p
                 .inputs
                 .iter()

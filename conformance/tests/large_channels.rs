@@ -61,6 +61,8 @@ fn case(op: Op, dtype: FloatFormat, mu: f64, sd: f64, seed: u64) -> SuiteCase {
         layout: Layout::Nchw,
         shape,
         eps: "1e-5".into(),
+        momentum: None,
+        convention: None,
         inputs,
     }
 }
@@ -68,7 +70,7 @@ fn case(op: Op, dtype: FloatFormat, mu: f64, sd: f64, seed: u64) -> SuiteCase {
 #[test]
 fn good_kernels_stay_within_16_units_on_large_channels() {
     let mut cases = Vec::new();
-    for (i, op) in Op::ALL.into_iter().enumerate() {
+    for (i, op) in Op::ALL.into_iter().filter(|o| o.uses_eps()).enumerate() {
         cases.push(case(op, FloatFormat::F32, 0.0, 1.0, 1 + i as u64));
         cases.push(case(op, FloatFormat::F64, 50.0, 0.5, 11 + i as u64));
     }

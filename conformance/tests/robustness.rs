@@ -547,6 +547,99 @@ fn rows() -> Vec<Row> {
             ),
             "m2",
         ),
+        // running_update: momentum and convention are required, checked, named.
+        row(
+            "running_update without momentum",
+            with(|v| {
+                v["op"] = json!("running_update");
+                v["convention"] = json!("pytorch");
+                v["inputs"] = json!({"x": X6, "running_mean": [0, 0], "running_var": [1, 1]});
+            }),
+            "momentum",
+        ),
+        row(
+            "running_update with momentum 1.5",
+            with(|v| {
+                v["op"] = json!("running_update");
+                v["momentum"] = json!(1.5);
+                v["convention"] = json!("onnx");
+                v["inputs"] = json!({"x": X6, "running_mean": [0, 0], "running_var": [1, 1]});
+            }),
+            "momentum",
+        ),
+        row(
+            "running_update with momentum -0.1",
+            with(|v| {
+                v["op"] = json!("running_update");
+                v["momentum"] = json!("-0.1");
+                v["convention"] = json!("onnx");
+                v["inputs"] = json!({"x": X6, "running_mean": [0, 0], "running_var": [1, 1]});
+            }),
+            "momentum",
+        ),
+        row(
+            "running_update with an unknown convention",
+            with(|v| {
+                v["op"] = json!("running_update");
+                v["momentum"] = json!("0.1");
+                v["convention"] = json!("keras");
+                v["inputs"] = json!({"x": X6, "running_mean": [0, 0], "running_var": [1, 1]});
+            }),
+            "convention",
+        ),
+        row(
+            "running_update without convention",
+            with(|v| {
+                v["op"] = json!("running_update");
+                v["momentum"] = json!("0.1");
+                v["inputs"] = json!({"x": X6, "running_mean": [0, 0], "running_var": [1, 1]});
+            }),
+            "convention",
+        ),
+        // sync_stats: rows [C, R], integer counts, not all zero.
+        row(
+            "sync_stats on nchw",
+            with(|v| {
+                v["op"] = json!("sync_stats");
+                v["layout"] = json!("nchw");
+                v["shape"] = json!([1, 2, 1, 3]);
+                v["inputs"] = json!({"shard_count": [1, 2, 3], "shard_mean": X6, "shard_m2": X6});
+            }),
+            "layout",
+        ),
+        row(
+            "sync_stats with a fractional count",
+            with(|v| {
+                v["op"] = json!("sync_stats");
+                v["inputs"] =
+                    json!({"shard_count": [1, "1/2", 3], "shard_mean": X6, "shard_m2": X6});
+            }),
+            "shard_count[1]",
+        ),
+        row(
+            "sync_stats with a negative count",
+            with(|v| {
+                v["op"] = json!("sync_stats");
+                v["inputs"] = json!({"shard_count": [1, 2, -3], "shard_mean": X6, "shard_m2": X6});
+            }),
+            "shard_count[2]",
+        ),
+        row(
+            "sync_stats with every shard empty",
+            with(|v| {
+                v["op"] = json!("sync_stats");
+                v["inputs"] = json!({"shard_count": [0, 0, 0], "shard_mean": X6, "shard_m2": X6});
+            }),
+            "shard_count",
+        ),
+        row(
+            "sync_stats with counts of the wrong length",
+            with(|v| {
+                v["op"] = json!("sync_stats");
+                v["inputs"] = json!({"shard_count": [1, 2], "shard_mean": X6, "shard_m2": X6});
+            }),
+            "shard_count",
+        ),
         row(
             "constant channel with eps 0 (forward)",
             with(|v| {

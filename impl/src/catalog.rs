@@ -37,9 +37,9 @@ const fn bad(
     }
 }
 
-const TRAINING: &[Op] = &[Op::Forward, Op::Backward];
 const BACKWARDS: &[Op] = &[Op::Backward, Op::SyncBackward];
 const SYNC: &[Op] = &[Op::SyncForward, Op::SyncBackward];
+/// The ops that normalise (a wrong `r` shows in each).
 const ALL_OPS: &[Op] = &[
     Op::Forward,
     Op::Backward,
@@ -47,6 +47,8 @@ const ALL_OPS: &[Op] = &[
     Op::SyncForward,
     Op::SyncBackward,
 ];
+/// The ops that compute a channel's own variance.
+const OWN_VAR: &[Op] = &[Op::Forward, Op::Backward, Op::RunningUpdate];
 
 fn recipes() -> Vec<Recipe> {
     vec![
@@ -109,7 +111,7 @@ fn recipes() -> Vec<Recipe> {
                 "KNOWN BAD: one-pass variance var = max(Σx²/m - mean², 0) in the working \
                  precision; cancels catastrophically when |mean| >> std. Otherwise \
                  twopass-native.",
-                TRAINING,
+                OWN_VAR,
             )
         },
         Recipe {
@@ -127,8 +129,9 @@ fn recipes() -> Vec<Recipe> {
                 "bad-unbiased-var",
                 "KNOWN BAD: the variance it computes (forward's var output and the \
                  normalisation of forward and backward) divides by m-1 instead of m (by m \
-                 when m = 1). Otherwise twopass-native.",
-                TRAINING,
+                 when m = 1), also the batch variance of running_update. Otherwise \
+                 twopass-native.",
+                OWN_VAR,
             )
         },
         Recipe {
@@ -157,9 +160,15 @@ fn recipes() -> Vec<Recipe> {
                 "bad-f16-accum",
                 "KNOWN BAD: every sum's accumulator is stored in a 16-bit float after each \
                  addition (f16 for f16 data, bf16 for every other dtype); affects forward, \
-                 backward and the dgamma/dbeta sums of sync_backward. Otherwise \
-                 twopass-native.",
-                &[Op::Forward, Op::Backward, Op::SyncBackward],
+                 backward, the dgamma/dbeta sums of sync_backward, running_update and \
+                 sync_stats. Otherwise twopass-native.",
+                &[
+                    Op::Forward,
+                    Op::Backward,
+                    Op::SyncBackward,
+                    Op::RunningUpdate,
+                    Op::SyncStats,
+                ],
             )
         },
         Recipe {
@@ -171,6 +180,58 @@ fn recipes() -> Vec<Recipe> {
                  2^-11: a defect in f32 and f64, within rounding noise in f16 and bf16). \
                  Otherwise twopass-native.",
                 ALL_OPS,
+            )
+        },
+        Recipe {
+            defect: Some(Defect::SwappedMomentum),
+            ..bad(
+                "bad-swapped-momentum",
+                "KNOWN BAD: running_update weights the running and batch statistics with the \
+                 other convention's momentum: (1-a)*old + a*batch for an ONNX case, \
+                 a*old + (1-a)*batch for a PyTorch one (the variance estimator is right). \
+                 Otherwise twopass-native.",
+                &[Op::RunningUpdate],
+            )
+        },
+        Recipe {
+            defect: Some(Defect::WrongBessel),
+            ..bad(
+                "bad-running-var-bessel",
+                "KNOWN BAD: running_update blends the biased batch variance in the PyTorch \
+                 convention and the unbiased one (m/(m-1)) in the ONNX convention. \
+                 Otherwise twopass-native.",
+                &[Op::RunningUpdate],
+            )
+        },
+        Recipe {
+            defect: Some(Defect::EqualWeightShards),
+            ..bad(
+                "bad-sync-equal-weight",
+                "KNOWN BAD: sync_stats averages the R shards' means and E[x²] with equal \
+                 weights (the seed's all-reduce mean, right only when every shard holds as \
+                 many cells). Otherwise twopass-native.",
+                &[Op::SyncStats],
+            )
+        },
+        Recipe {
+            defect: Some(Defect::AveragedVariances),
+            ..bad(
+                "bad-sync-averaged-var",
+                "KNOWN BAD: sync_stats returns the count-weighted mean of the shards' \
+                 variances (m2_r - mean_r²) as the variance, dropping the spread of the \
+                 shard means, and m2 = var + mean². The mean is right. Otherwise \
+                 twopass-native.",
+                &[Op::SyncStats],
+            )
+        },
+        Recipe {
+            defect: Some(Defect::EmptyShardCountsOne),
+            ..bad(
+                "bad-sync-empty-shard",
+                "KNOWN BAD: sync_stats clamps every shard count to at least 1 (a common \
+                 guard against division by zero), so a replica with no cells contributes \
+                 its stale statistics with weight 1. Otherwise twopass-native.",
+                &[Op::SyncStats],
             )
         },
     ]

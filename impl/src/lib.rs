@@ -60,6 +60,20 @@ named_enum!(
         SyncForward = "sync_forward",
         /// `x, dy, gamma, mean, m2, mean_dy, mean_dy_xhat -> dx, dgamma, dbeta`
         SyncBackward = "sync_backward",
+        /// `x, running_mean, running_var -> new_mean, new_var` (momentum, convention)
+        RunningUpdate = "running_update",
+        /// `shard_count, shard_mean, shard_m2 -> mean, m2, var` (layout rows, `[C, R]`)
+        SyncStats = "sync_stats",
+    }
+);
+
+named_enum!(
+    /// Running-statistics convention of `running_update` (see `FORMAT.md`).
+    Convention {
+        /// `new = (1-a)*old + a*batch`, unbiased running variance (factor 1 at m = 1).
+        Pytorch = "pytorch",
+        /// `new = a*old + (1-a)*batch`, biased (ONNX, Keras, Flax).
+        Onnx = "onnx",
     }
 );
 
@@ -100,6 +114,8 @@ impl Op {
             Op::Eval => &["x", "gamma", "beta", "mean", "var"],
             Op::SyncForward => &["x", "gamma", "beta", "mean", "m2"],
             Op::SyncBackward => &["x", "dy", "gamma", "mean", "m2", "mean_dy", "mean_dy_xhat"],
+            Op::RunningUpdate => &["x", "running_mean", "running_var"],
+            Op::SyncStats => &["shard_count", "shard_mean", "shard_m2"],
         }
     }
 
@@ -109,6 +125,8 @@ impl Op {
             Op::Forward => &["y", "mean", "var"],
             Op::Backward | Op::SyncBackward => &["dx", "dgamma", "dbeta"],
             Op::Eval | Op::SyncForward => &["y"],
+            Op::RunningUpdate => &["new_mean", "new_var"],
+            Op::SyncStats => &["mean", "m2", "var"],
         }
     }
 }
@@ -116,7 +134,13 @@ impl Op {
 /// Whether an input/output name is a cell array (the layout's shape: `x`, `dy`, `y`, `dx`)
 /// rather than a per-channel array of length C.
 pub fn is_cell_array(name: &str) -> bool {
-    matches!(name, "x" | "dy" | "y" | "dx")
+    matches!(name, "x" | "dy" | "y" | "dx" | "shard_mean" | "shard_m2")
+}
+
+/// Whether a name is a per-shard array of length R shared by every channel (`shard_count`
+/// of `sync_stats`, whose layout is `rows` with shape `[C, R]`).
+pub fn is_shard_array(name: &str) -> bool {
+    name == "shard_count"
 }
 
 impl Dtype {
@@ -147,6 +171,18 @@ pub struct Case {
     pub dtype: Dtype,
     pub eps: f64,
     pub inputs: BTreeMap<String, Vec<f64>>,
+    /// Scalar parameters of `running_update` (default for the other ops).
+    pub params: Params,
+}
+
+/// Scalar parameters besides `eps`: `momentum` and `convention` of `running_update`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Params {
+    /// The momentum as the nearest f64 of its exact value (a kernel rounds it to its
+    /// working type, as it does `eps`).
+    pub momentum: f64,
+    /// The convention; required by `running_update`.
+    pub convention: Option<Convention>,
 }
 
 /// Outputs by name; every value is representable in the case dtype.

@@ -40,6 +40,21 @@ pub(crate) enum Defect {
     LocalStatsInSync,
     /// `r` truncated to 12 significant bits, like a hardware rsqrt estimate.
     Rsqrt12,
+    /// `running_update` weights old and batch statistics with the other convention's momentum
+    /// (`a` and `1-a` swapped).
+    SwappedMomentum,
+    /// `running_update` uses the other convention's variance estimator (biased for PyTorch,
+    /// unbiased for ONNX).
+    WrongBessel,
+    /// `sync_stats` averages the shards' statistics with equal weights (the seed's plain
+    /// all-reduce mean, right only for equal shards).
+    EqualWeightShards,
+    /// `sync_stats` averages the shards' variances (count-weighted), dropping the spread of
+    /// the shard means.
+    AveragedVariances,
+    /// `sync_stats` clamps every count to at least 1, so an empty replica's stale statistics
+    /// enter with weight 1.
+    EmptyShardCountsOne,
 }
 
 pub(crate) struct Recipe {
@@ -82,14 +97,34 @@ impl Kernel for Recipe {
 /// Checks the layout, the inputs the op needs and their lengths, and `eps`; returns the
 /// channel cells.
 pub fn validate(case: &Case) -> Result<Vec<Vec<usize>>, String> {
-    let (c, _, cells) = channel_cells(case.layout, &case.shape)?;
+    let (c, m, cells) = channel_cells(case.layout, &case.shape)?;
     let n = element_count(&case.shape)?;
+    if case.op == Op::SyncStats && case.layout != crate::Layout::Rows {
+        return Err("op `sync_stats` takes layout `rows` (shape [C, R])".into());
+    }
+    if case.op == Op::RunningUpdate {
+        if case.params.convention.is_none() {
+            return Err("op `running_update` needs a convention".into());
+        }
+        if !(0.0..=1.0).contains(&case.params.momentum) {
+            return Err(format!(
+                "momentum = {} is not in [0, 1]",
+                case.params.momentum
+            ));
+        }
+    }
     for &name in case.op.inputs() {
         let v = case
             .inputs
             .get(name)
             .ok_or_else(|| format!("op `{}` needs input `{name}`", case.op.name()))?;
-        let want = if crate::is_cell_array(name) { n } else { c };
+        let want = if crate::is_cell_array(name) {
+            n
+        } else if crate::is_shard_array(name) {
+            m
+        } else {
+            c
+        };
         if v.len() != want {
             return Err(format!(
                 "input `{name}` has {} values, expected {want}",
@@ -134,8 +169,11 @@ impl<'a, A: Real> Driver<'a, A> {
     fn run(&self, cells: &[Vec<usize>]) -> Outputs {
         let op = self.case.op;
         // Cell arrays (`x`, then `dy`) and per-channel inputs, each in the op's input order.
-        let (cell_names, chan_names): (Vec<&str>, Vec<&str>) =
-            op.inputs().iter().partition(|n| crate::is_cell_array(n));
+        let (cell_names, chan_names): (Vec<&str>, Vec<&str>) = op
+            .inputs()
+            .iter()
+            .filter(|n| !crate::is_shard_array(n))
+            .partition(|n| crate::is_cell_array(n));
         let cell_in: Vec<Vec<A>> = cell_names.iter().map(|n| self.input(n)).collect();
         let chan_in: Vec<Vec<A>> = chan_names.iter().map(|n| self.input(n)).collect();
         let n = cell_in[0].len();
@@ -178,6 +216,8 @@ impl<'a, A: Real> Driver<'a, A> {
         let x = &cells[0];
         let local = self.r.defect == Some(Defect::LocalStatsInSync);
         match op {
+            Op::RunningUpdate => self.running_update(x, p[0], p[1]),
+            Op::SyncStats => self.sync_stats(&self.input("shard_count"), x, &cells[1]),
             Op::Forward => {
                 let (y, mean, var) = self.forward(x, p[0], p[1]);
                 vec![("y", y), ("mean", vec![mean]), ("var", vec![var])]
@@ -234,6 +274,99 @@ impl<'a, A: Real> Driver<'a, A> {
         } else {
             (mean, var)
         }
+    }
+
+    /// `running_update`: this channel's batch statistics blended into the running ones.
+    fn running_update(&self, x: &[A], running_mean: A, running_var: A) -> ChannelOut<A> {
+        let (mean, var) = self.mean_var(x);
+        let m = x.len();
+        let a = A::of(self.case.params.momentum);
+        let mut pytorch = self.case.params.convention == Some(crate::Convention::Pytorch);
+        let mut unbiased = pytorch;
+        match self.r.defect {
+            Some(Defect::SwappedMomentum) => pytorch = !pytorch,
+            Some(Defect::WrongBessel) => unbiased = !unbiased,
+            _ => {}
+        }
+        let batch_var = if unbiased && m > 1 {
+            var * (A::count(m) / A::count(m - 1))
+        } else {
+            var
+        };
+        let (w_old, w_batch) = if pytorch {
+            (A::ONE - a, a)
+        } else {
+            (a, A::ONE - a)
+        };
+        vec![
+            ("new_mean", vec![w_old * running_mean + w_batch * mean]),
+            ("new_var", vec![w_old * running_var + w_batch * batch_var]),
+        ]
+    }
+
+    /// `sync_stats`: count-weighted all-reduce of the shards' `(count, mean, E[x²])`; the
+    /// Welford recipes merge centred summaries with Chan's formula instead.
+    fn sync_stats(&self, counts: &[A], means: &[A], m2s: &[A]) -> ChannelOut<A> {
+        let r = means.len();
+        let counts: Vec<A> = match self.r.defect {
+            Some(Defect::EmptyShardCountsOne) => counts
+                .iter()
+                .map(|&n| if n < A::ONE { A::ONE } else { n })
+                .collect(),
+            Some(Defect::EqualWeightShards) => vec![A::ONE; r],
+            _ => counts.to_vec(),
+        };
+        let n = self.sum(r, |i| counts[i]);
+        let mean = self.sum(r, |i| counts[i] * means[i]) / n;
+        let (m2, var) = match (self.r.defect, self.r.moments) {
+            (Some(Defect::AveragedVariances), _) => {
+                let var = self.sum(r, |i| counts[i] * self.sync_var(means[i], m2s[i])) / n;
+                (var + mean * mean, var)
+            }
+            (_, Moments::Welford { .. }) => {
+                // Chan's merge of (n_r, mean_r, n_r*var_r), as a balanced tree; empty shards
+                // are skipped.
+                let mut level: Vec<(A, A, A)> = (0..r)
+                    .filter(|&i| counts[i] > A::ZERO)
+                    .map(|i| {
+                        (
+                            counts[i],
+                            means[i],
+                            counts[i] * self.sync_var(means[i], m2s[i]),
+                        )
+                    })
+                    .collect();
+                while level.len() > 1 {
+                    level = level
+                        .chunks(2)
+                        .map(|p| match p {
+                            [a, b] => {
+                                let n = a.0 + b.0;
+                                let d = b.1 - a.1;
+                                (n, a.1 + d * (b.0 / n), a.2 + b.2 + d * d * (a.0 * b.0 / n))
+                            }
+                            [a] => *a,
+                            _ => unreachable!(),
+                        })
+                        .collect();
+                }
+                let Some(&(n, mean, ss)) = level.first() else {
+                    let nan = A::of(f64::NAN);
+                    return vec![("mean", vec![nan]), ("m2", vec![nan]), ("var", vec![nan])];
+                };
+                let var = ss / n;
+                return vec![
+                    ("mean", vec![mean]),
+                    ("m2", vec![var + mean * mean]),
+                    ("var", vec![var]),
+                ];
+            }
+            _ => {
+                let m2 = self.sum(r, |i| counts[i] * m2s[i]) / n;
+                (m2, self.sync_var(mean, m2))
+            }
+        };
+        vec![("mean", vec![mean]), ("m2", vec![m2]), ("var", vec![var])]
     }
 
     fn sync_var(&self, mean: A, m2: A) -> A {

@@ -23,6 +23,9 @@ fn values(n: usize, seed: u64, lo: f64, hi: f64, dtype: Dtype) -> Vec<f64> {
 /// [0.5, 2), beta in [-1, 1); handed-in statistics are this shard's own (computed in f64
 /// from the data), so sync ops must agree with their local counterparts.
 fn case(op: Op, layout: Layout, shape: &[usize], dtype: Dtype, eps: f64, centre: f64) -> Case {
+    if op == Op::SyncStats {
+        return shards_case(dtype, centre);
+    }
     let (c, m, cells) = channel_cells(layout, shape).unwrap();
     let n: usize = shape.iter().product();
     let x = values(n, 1, centre - 2.0, centre + 2.0, dtype);
@@ -51,10 +54,20 @@ fn case(op: Op, layout: Layout, shape: &[usize], dtype: Dtype, eps: f64, centre:
             "dy" => dy.clone(),
             "gamma" => values(c, 3, 0.5, 2.0, dtype),
             "beta" => values(c, 4, -1.0, 1.0, dtype),
+            "running_mean" => values(c, 5, centre - 1.0, centre + 1.0, dtype),
+            "running_var" => values(c, 6, 0.5, 2.0, dtype),
             s => stats[s].clone(),
         };
         inputs.insert(name.to_string(), v);
     }
+    let params = if op == Op::RunningUpdate {
+        Params {
+            momentum: 0.1,
+            convention: Some(Convention::Pytorch),
+        }
+    } else {
+        Params::default()
+    };
     Case {
         op,
         layout,
@@ -62,6 +75,33 @@ fn case(op: Op, layout: Layout, shape: &[usize], dtype: Dtype, eps: f64, centre:
         dtype,
         eps,
         inputs,
+        params,
+    }
+}
+
+/// A `sync_stats` case (layout rows, 3 channels × 4 shards of 3, 0, 5 and 1 cells: unequal,
+/// one empty with stale statistics), shard means around `centre`.
+fn shards_case(dtype: Dtype, centre: f64) -> Case {
+    let (c, r) = (3, 4);
+    let means = values(c * r, 7, centre - 1.0, centre + 1.0, dtype);
+    let spread = values(c * r, 8, 0.5, 2.0, dtype);
+    let m2: Vec<f64> = means
+        .iter()
+        .zip(&spread)
+        .map(|(a, s)| dtype.round(a * a + s))
+        .collect();
+    let mut inputs = BTreeMap::new();
+    inputs.insert("shard_count".to_string(), vec![3.0, 0.0, 5.0, 1.0]);
+    inputs.insert("shard_mean".to_string(), means);
+    inputs.insert("shard_m2".to_string(), m2);
+    Case {
+        op: Op::SyncStats,
+        layout: Layout::Rows,
+        shape: vec![c, r],
+        dtype,
+        eps: 0.0,
+        inputs,
+        params: Params::default(),
     }
 }
 
@@ -151,6 +191,7 @@ fn forward_hand_case() {
         dtype: Dtype::F64,
         eps: 0.0,
         inputs,
+        params: Params::default(),
     };
     let s = 3.5f64.sqrt();
     let want = [1.0 - 4.0 / s, 1.0 - 2.0 / s, 1.0, 1.0 + 6.0 / s];
@@ -331,7 +372,7 @@ fn eval_and_sync_ops_agree_with_training_ops_on_local_statistics() {
 fn layouts_hold_the_same_channels() {
     // The same per-channel data arranged as nchw and as nhwc, and as rows/flat/chw.
     let (n, c, h, w) = (2, 3, 2, 2);
-    for &op in Op::ALL {
+    for &op in Op::ALL.iter().filter(|&&op| op != Op::SyncStats) {
         let a = case(op, Layout::Nchw, &[n, c, h, w], Dtype::F32, 1e-5, 1.0);
         let mut b = a.clone();
         b.layout = Layout::Nhwc;
@@ -430,6 +471,7 @@ fn known_bad_defects_by_hand() {
         dtype: Dtype::F64,
         eps: 0.25,
         inputs,
+        params: Params::default(),
     };
     let y = |name: &str| run(name, &c)["y"][1];
     assert_eq!(y("twopass-f64"), 1.0 / 1.25f64.sqrt());
@@ -466,4 +508,73 @@ fn invalid_cases_are_refused_not_panicked() {
     let mut c = good;
     c.eps = f64::NAN;
     assert!(k.run(&c).is_err());
+}
+
+#[test]
+fn statistics_ops_by_hand() {
+    // running_update, PyTorch, a = 1/4: x = 1, 3 (mean 2, var 1, m = 2), running 0 and 1.
+    let mut inputs = BTreeMap::new();
+    inputs.insert("x".into(), vec![1.0, 3.0]);
+    inputs.insert("running_mean".into(), vec![0.0]);
+    inputs.insert("running_var".into(), vec![1.0]);
+    let mut c = Case {
+        op: Op::RunningUpdate,
+        layout: Layout::Rows,
+        shape: vec![1, 2],
+        dtype: Dtype::F64,
+        eps: 0.0,
+        inputs,
+        params: Params {
+            momentum: 0.25,
+            convention: Some(Convention::Pytorch),
+        },
+    };
+    let got = |name: &str, c: &Case| {
+        let o = run(name, c);
+        (o["new_mean"][0], o["new_var"][0])
+    };
+    for k in good_kernels() {
+        assert_eq!(got(k.name(), &c), (0.5, 1.25), "{}", k.name()); // 0.75·1 + 0.25·1·2
+    }
+    assert_eq!(got("bad-swapped-momentum", &c), (1.5, 1.75));
+    assert_eq!(got("bad-running-var-bessel", &c), (0.5, 1.0));
+    c.params.convention = Some(Convention::Onnx);
+    assert_eq!(got("twopass-native", &c), (1.5, 1.0)); // 0.25·1 + 0.75·1
+    assert_eq!(got("bad-swapped-momentum", &c), (0.5, 1.0)); // 0.75·1 + 0.25·1 (biased)
+    assert_eq!(got("bad-running-var-bessel", &c), (1.5, 1.75));
+    // m = 1 in the PyTorch convention: factor 1, batch variance 0.
+    c.params.convention = Some(Convention::Pytorch);
+    c.shape = vec![1, 1];
+    c.inputs.insert("x".into(), vec![5.0]);
+    assert_eq!(got("twopass-native", &c), (1.25, 0.75));
+
+    // sync_stats: shards of 1, 3, 0 cells (means 0, 4, stale 100; E[x²] 0, 20, stale 7).
+    let mut inputs = BTreeMap::new();
+    inputs.insert("shard_count".into(), vec![1.0, 3.0, 0.0]);
+    inputs.insert("shard_mean".into(), vec![0.0, 4.0, 100.0]);
+    inputs.insert("shard_m2".into(), vec![0.0, 20.0, 7.0]);
+    let s = Case {
+        op: Op::SyncStats,
+        layout: Layout::Rows,
+        shape: vec![1, 3],
+        dtype: Dtype::F64,
+        eps: 0.0,
+        inputs,
+        params: Params::default(),
+    };
+    let stats = |name: &str| {
+        let o = run(name, &s);
+        (o["mean"][0], o["m2"][0], o["var"][0])
+    };
+    for k in good_kernels() {
+        assert_eq!(stats(k.name()), (3.0, 15.0, 6.0), "{}", k.name());
+    }
+    assert_eq!(stats("bad-sync-averaged-var"), (3.0, 12.0, 3.0));
+    assert_eq!(stats("bad-sync-empty-shard").0, 112.0 / 5.0);
+    assert_eq!(stats("bad-sync-equal-weight").0, 104.0 / 3.0);
+    // Layouts other than rows are refused.
+    let mut bad = s.clone();
+    bad.layout = Layout::Flat;
+    let k = kernel_by_name("twopass-native").unwrap();
+    assert!(k.run(&bad).unwrap_err().0.starts_with("invalid case:"));
 }

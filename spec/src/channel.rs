@@ -146,3 +146,83 @@ pub fn sync_grad_input<T: Scalar>(
 pub fn sync_grad_gamma<T: Scalar>(x: &[T], dy: &[T], mean: &T, m2: &T, eps: &T) -> T {
     grad_gamma_at(x, dy, mean, &inv_std(&sync_var(mean, m2), eps))
 }
+
+/// The Bessel factor of the PyTorch running variance: `m/(m−1)`, and `1` when `m = 1`
+/// (one cell has no unbiased variance; like TensorFlow's fused batch norm, which divides by
+/// `max(m−1, 1)`, the factor is taken as 1, so the batch term is `0·1 = 0`).
+pub fn bessel<T: Scalar>(m: usize) -> T {
+    if m <= 1 {
+        T::int(1)
+    } else {
+        T::int(m as i64) / T::int(m as i64 - 1)
+    }
+}
+
+/// One running-statistics update of one channel (`running_update`): the batch statistics of
+/// `x` ([`batch_stats`]) blended into the running ones with momentum `a`.
+///
+/// * `pytorch = true`: `new_mean = (1−a)·running_mean + a·mean`,
+///   `new_var = (1−a)·running_var + a·var·m/(m−1)` ([`bessel`]: factor 1 at m = 1).
+/// * `pytorch = false` (ONNX, Keras, Flax): `new_mean = a·running_mean + (1−a)·mean`,
+///   `new_var = a·running_var + (1−a)·var` (biased).
+///
+/// Returns `(new_mean, new_var)`.
+pub fn running_update<T: Scalar>(
+    x: &[T],
+    running_mean: &T,
+    running_var: &T,
+    a: &T,
+    pytorch: bool,
+) -> (T, T) {
+    let (mu, var) = batch_stats(x);
+    let one_minus = T::int(1) - a.clone();
+    let (w_old, w_batch, batch_var) = if pytorch {
+        (one_minus, a.clone(), var * bessel::<T>(x.len()))
+    } else {
+        (a.clone(), one_minus, var)
+    };
+    (
+        w_old.clone() * running_mean.clone() + w_batch.clone() * mu,
+        w_old * running_var.clone() + w_batch * batch_var,
+    )
+}
+
+/// Count-weighted all-reduce of per-shard statistics of one channel (`sync_stats`):
+/// `N = Σ n_r`, `mean = Σ n_r·mean_r / N`, `m2 = Σ n_r·m2_r / N` (`m2_r` = E[x²] of shard
+/// r), `var = m2 − mean²`. Shards with `n_r = 0` contribute nothing, whatever their
+/// statistics. The caller guarantees `N > 0`. Returns `(mean, m2, var)`.
+pub fn merge_shard_stats<T: Scalar>(counts: &[T], means: &[T], m2s: &[T]) -> (T, T, T) {
+    let mut n = T::int(0);
+    let mut s1 = T::int(0);
+    let mut s2 = T::int(0);
+    for ((c, mu), e2) in counts.iter().zip(means).zip(m2s) {
+        if c.value().is_zero() {
+            continue;
+        }
+        n = n + c.clone();
+        s1 = s1 + c.clone() * mu.clone();
+        s2 = s2 + c.clone() * e2.clone();
+    }
+    let mean = s1 / n.clone();
+    let m2 = s2 / n;
+    let var = sync_var(&mean, &m2);
+    (mean, m2, var)
+}
+
+/// Chan et al.'s pairwise merge of two centred summaries `(n, mean, M2)` with
+/// `M2 = Σ(x − mean)²` (the shifted form of [`merge_shard_stats`]):
+/// `n = n_a + n_b`, `δ = mean_b − mean_a`, `mean = mean_a + δ·n_b/n`,
+/// `M2 = M2_a + M2_b + δ²·n_a·n_b/n`. An empty side (`n = 0`) returns the other unchanged.
+pub fn chan_merge<T: Scalar>(a: (T, T, T), b: (T, T, T)) -> (T, T, T) {
+    if a.0.value().is_zero() {
+        return b;
+    }
+    if b.0.value().is_zero() {
+        return a;
+    }
+    let n = a.0.clone() + b.0.clone();
+    let delta = b.1.clone() - a.1.clone();
+    let mean = a.1.clone() + delta.clone() * b.0.clone() / n.clone();
+    let m2 = a.2 + b.2 + delta.clone() * delta * a.0 * b.0 / n.clone();
+    (n, mean, m2)
+}

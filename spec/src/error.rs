@@ -46,4 +46,30 @@ pub enum SpecError {
         radicand: String,
         q: String,
     },
+    /// A scalar parameter the op needs is absent (`momentum`, `convention`).
+    #[error("{field}: missing (op `{op}` needs it)")]
+    MissingParam {
+        op: &'static str,
+        field: &'static str,
+    },
+    /// A scalar parameter out of its range.
+    #[error("{field}: {reason}, got {value}")]
+    BadParam {
+        field: &'static str,
+        reason: &'static str,
+        value: String,
+    },
+    /// The op does not take this layout.
+    #[error("layout: op `{op}` takes layout {expected}, got `{got}`")]
+    LayoutNotSupported {
+        op: &'static str,
+        expected: &'static str,
+        got: &'static str,
+    },
+    /// (C5) A shard count that is not a non-negative integer.
+    #[error("inputs.shard_count[{index}]: must be a non-negative integer, got {value} (C5)")]
+    ShardCount { index: usize, value: String },
+    /// (C6) Every shard is empty.
+    #[error("inputs.shard_count: the counts sum to 0; at least one shard must hold a cell (C6)")]
+    NoCells,
 }

@@ -112,6 +112,103 @@ pub enum Op {
     /// assert_eq!(out["dgamma"][0].to_string(), "0 + -1*sqrt(2)");
     /// ```
     SyncBackward,
+    /// **running_update** — one update of the running statistics from a training batch
+    /// (beyond the seed: what frameworks do around [`Op::Forward`]; issue 8).
+    ///
+    /// *Semantics*: with the batch statistics `mean = Σx/m`, `var = Σ(x − mean)²/m` and
+    /// momentum `a` ([`Params::momentum`]), per [`Convention`]:
+    /// `pytorch`: `new_mean = (1 − a)·running_mean + a·mean`,
+    /// `new_var = (1 − a)·running_var + a·var·m/(m − 1)` (unbiased; the factor is **1 when
+    /// m = 1**, as TensorFlow's fused batch norm divides by `max(m − 1, 1)`: PyTorch itself
+    /// refuses m = 1 in training);
+    /// `onnx` (also Keras, Flax, `tf.keras`): `new_mean = a·running_mean + (1 − a)·mean`,
+    /// `new_var = a·running_var + (1 − a)·var` (biased). `eps` is not used.
+    /// *Inputs*: `x` (layout shape), `running_mean`, `running_var` (`[C]`), `momentum`,
+    /// `convention`. *Outputs*: `new_mean`, `new_var` (`[C]`), rational.
+    /// *Constraints*: (C2), (C3), (C7) `0 ≤ momentum ≤ 1`, exact as written (a perturbed input
+    /// of the budget like the others: a kernel may hold it in its dtype).
+    ///
+    /// *Example* (`x = [1, 3]`: mean 2, var 1, m = 2; running 0 and 1; a = 1/10):
+    /// ```
+    /// # use spec::{exact::parse::parse_exact, Geometry, Layout, Op, Problem};
+    /// # use spec::op::{Convention, Params};
+    /// let v = |xs: &[&str]| xs.iter().map(|s| parse_exact(s).unwrap()).collect::<Vec<_>>();
+    /// let inputs: std::collections::BTreeMap<String, Vec<spec::QSqrt>> =
+    ///     [("x", v(&["1", "3"])), ("running_mean", v(&["0"])), ("running_var", v(&["1"]))]
+    ///     .into_iter().map(|(k, x)| (k.to_string(), x)).collect();
+    /// let g = Geometry::new(Layout::Rows, &[1, 2], 64).unwrap();
+    /// let a = spec::exact::parse::parse_rational("0.1").unwrap();
+    /// let run = |conv| {
+    ///     let params = Params { momentum: Some(a.clone()), convention: Some(conv) };
+    ///     let p = Problem::new_with_params(Op::RunningUpdate, g.clone(), spec::Rational::from_integer(0.into()), inputs.clone(), params).unwrap();
+    ///     let out = p.evaluate().unwrap();
+    ///     (out["new_mean"][0].to_string(), out["new_var"][0].to_string())
+    /// };
+    /// assert_eq!(run(Convention::Pytorch), ("1/5".into(), "11/10".into())); // 0.9·1 + 0.1·1·2/1
+    /// assert_eq!(run(Convention::Onnx), ("9/5".into(), "1".into()));       // 0.1·1 + 0.9·1
+    /// ```
+    RunningUpdate,
+    /// **sync_stats** — the all-reduce of sync BN across R shards with **unequal** cell counts
+    /// (beyond the seed, which all-reduces equal shards with a plain mean: the special case
+    /// `n_r` all equal; issue 8).
+    ///
+    /// *Semantics*: per channel, `N = Σ n_r`, `mean = Σ n_r·shard_mean_r / N`,
+    /// `m2 = Σ n_r·shard_m2_r / N` (`shard_m2_r` = E[x²] of shard r), `var = m2 − mean²`
+    /// (equal, exactly, to Chan's merge of the centred summaries, in any order, and to the
+    /// statistics of the union of the shards' cells). A shard with `n_r = 0` contributes
+    /// nothing, whatever its statistics (an empty replica reports stale or arbitrary values).
+    /// *Inputs*: `shard_count` (`[R]`), `shard_mean`, `shard_m2` (`[C, R]`: layout `rows`, row c
+    /// = channel c's per-shard values). *Outputs*: `mean`, `m2`, `var` (`[C]`), rational.
+    /// *Constraints*: (C2), (C3), (C5) each `shard_count` is a non-negative integer,
+    /// (C6) `Σ n_r > 0`, (C8) layout `rows`. `eps` is not used.
+    ///
+    /// *Example* (shards of 1, 3 and 0 cells: means 0, 4, 100; E[x²] 0, 20, 7):
+    /// ```
+    /// # use spec::{exact::parse::parse_exact, Geometry, Layout, Op, Problem};
+    /// let v = |xs: &[&str]| xs.iter().map(|s| parse_exact(s).unwrap()).collect::<Vec<_>>();
+    /// let inputs = [("shard_count", v(&["1", "3", "0"])), ("shard_mean", v(&["0", "4", "100"])),
+    ///     ("shard_m2", v(&["0", "20", "7"]))].into_iter().map(|(k, x)| (k.to_string(), x)).collect();
+    /// let p = Problem::new(Op::SyncStats, Geometry::new(Layout::Rows, &[1, 3], 64).unwrap(), spec::Rational::from_integer(0.into()), inputs).unwrap();
+    /// let out = p.evaluate().unwrap();
+    /// assert_eq!(out["mean"][0].to_string(), "3");  // (1·0 + 3·4)/4
+    /// assert_eq!(out["m2"][0].to_string(), "15");   // (1·0 + 3·20)/4
+    /// assert_eq!(out["var"][0].to_string(), "6");   // 15 − 9
+    /// ```
+    SyncStats,
+}
+
+/// The running-statistics convention of [`Op::RunningUpdate`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Convention {
+    /// `new = (1 − a)·old + a·batch`, running variance unbiased (`m/(m − 1)`; 1 at m = 1).
+    Pytorch,
+    /// `new = a·old + (1 − a)·batch`, biased (ONNX, Keras, Flax).
+    Onnx,
+}
+
+impl Convention {
+    /// Both conventions.
+    pub const ALL: [Convention; 2] = [Convention::Pytorch, Convention::Onnx];
+    /// FORMAT.md's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Convention::Pytorch => "pytorch",
+            Convention::Onnx => "onnx",
+        }
+    }
+    /// Parse FORMAT.md's name.
+    pub fn from_name(s: &str) -> Option<Convention> {
+        Convention::ALL.into_iter().find(|c| c.name() == s)
+    }
+}
+
+/// Scalar parameters besides `eps` (only [`Op::RunningUpdate`] takes any).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Params {
+    /// `momentum`, exact, in `[0, 1]`.
+    pub momentum: Option<Rational>,
+    /// The running-statistics convention.
+    pub convention: Option<Convention>,
 }
 
 /// Whether a tensor has the layout's shape (a cell value per element) or shape `[C]`.
@@ -121,16 +218,21 @@ pub enum Extent {
     Cells,
     /// One value per channel: shape `[C]`.
     Channel,
+    /// One value per shard, shared by every channel: shape `[R]` (`shard_count`; R is the
+    /// row length of the `rows` layout).
+    Shards,
 }
 
 impl Op {
     /// Every op.
-    pub const ALL: [Op; 5] = [
+    pub const ALL: [Op; 7] = [
         Op::Forward,
         Op::Backward,
         Op::Eval,
         Op::SyncForward,
         Op::SyncBackward,
+        Op::RunningUpdate,
+        Op::SyncStats,
     ];
 
     /// FORMAT.md's name.
@@ -141,6 +243,8 @@ impl Op {
             Op::Eval => "eval",
             Op::SyncForward => "sync_forward",
             Op::SyncBackward => "sync_backward",
+            Op::RunningUpdate => "running_update",
+            Op::SyncStats => "sync_stats",
         }
     }
     /// Parse FORMAT.md's name.
@@ -155,6 +259,8 @@ impl Op {
             Op::Eval => &["x", "gamma", "beta", "mean", "var"],
             Op::SyncForward => &["x", "gamma", "beta", "mean", "m2"],
             Op::SyncBackward => &["x", "dy", "gamma", "mean", "m2", "mean_dy", "mean_dy_xhat"],
+            Op::RunningUpdate => &["x", "running_mean", "running_var"],
+            Op::SyncStats => &["shard_count", "shard_mean", "shard_m2"],
         }
     }
     /// Output names, in FORMAT.md's order.
@@ -163,14 +269,28 @@ impl Op {
             Op::Forward => &["y", "mean", "var"],
             Op::Backward | Op::SyncBackward => &["dx", "dgamma", "dbeta"],
             Op::Eval | Op::SyncForward => &["y"],
+            Op::RunningUpdate => &["new_mean", "new_var"],
+            Op::SyncStats => &["mean", "m2", "var"],
         }
     }
     /// Shape class of an input or output name.
     pub fn extent(name: &str) -> Extent {
         match name {
-            "x" | "dy" | "y" | "dx" => Extent::Cells,
+            "x" | "dy" | "y" | "dx" | "shard_mean" | "shard_m2" => Extent::Cells,
+            "shard_count" => Extent::Shards,
             _ => Extent::Channel,
         }
+    }
+    /// The input whose length is the channel's number of cells (`x`, or `shard_mean`).
+    pub fn cell_input(self) -> &'static str {
+        match self {
+            Op::SyncStats => "shard_mean",
+            _ => "x",
+        }
+    }
+    /// Whether the op uses `eps` (the statistics ops do not).
+    pub fn uses_eps(self) -> bool {
+        !matches!(self, Op::RunningUpdate | Op::SyncStats)
     }
 }
 
@@ -178,8 +298,12 @@ impl Op {
 /// order; per-channel inputs a single value. Inputs the op does not take are absent.
 #[derive(Clone, Debug)]
 pub struct ChannelIn<T> {
-    /// Named inputs, each a vector (length m for cells, 1 for per-channel values).
+    /// Named inputs, each a vector (length m for cells, 1 for per-channel values, R for
+    /// `shard_count`); `momentum`, when the op takes it, is here as a length-1 input (it is
+    /// perturbed like the others in the budget's condition number).
     pub values: BTreeMap<&'static str, Vec<T>>,
+    /// The convention of [`Op::RunningUpdate`].
+    pub convention: Option<Convention>,
 }
 
 impl<T: Scalar> ChannelIn<T> {
@@ -217,8 +341,37 @@ pub fn channel_op<T: Scalar>(
     inp: &ChannelIn<T>,
     eps: &T,
 ) -> Result<Vec<Vec<T>>, SpecError> {
+    if op == Op::SyncStats {
+        let (mean, m2, var) = ch::merge_shard_stats(
+            inp.cells("shard_count"),
+            inp.cells("shard_mean"),
+            inp.cells("shard_m2"),
+        );
+        return Ok(vec![vec![mean], vec![m2], vec![var]]);
+    }
     let x = inp.cells("x");
     Ok(match op {
+        Op::RunningUpdate => {
+            let pytorch = match inp.convention {
+                Some(Convention::Pytorch) => true,
+                Some(Convention::Onnx) => false,
+                None => {
+                    return Err(SpecError::MissingParam {
+                        op: op.name(),
+                        field: "convention",
+                    })
+                }
+            };
+            let (mean, var) = ch::running_update(
+                x,
+                inp.one("running_mean"),
+                inp.one("running_var"),
+                inp.one("momentum"),
+                pytorch,
+            );
+            vec![vec![mean], vec![var]]
+        }
+        Op::SyncStats => unreachable!("handled above"),
         Op::Forward => {
             let (mu, var) = ch::batch_stats(x);
             check_c1(channel, "var + eps", &var, eps)?;
@@ -290,6 +443,8 @@ pub struct Problem {
     pub eps: Rational,
     /// Inputs by name, each in its layout's order (cells) or `[C]`.
     pub inputs: BTreeMap<String, Vec<QSqrt>>,
+    /// Scalar parameters (`momentum`, `convention` of [`Op::RunningUpdate`]).
+    pub params: Params,
 }
 
 /// Outputs by name, each in the layout's order or `[C]`.
@@ -304,6 +459,46 @@ impl Problem {
         eps: Rational,
         inputs: BTreeMap<String, Vec<QSqrt>>,
     ) -> Result<Problem, SpecError> {
+        Problem::new_with_params(op, geom, eps, inputs, Params::default())
+    }
+
+    /// [`Problem::new`] with scalar parameters: [`Op::RunningUpdate`] needs `momentum` in
+    /// `[0, 1]` (C7) and a `convention`; [`Op::SyncStats`] takes layout `rows` (C8) and
+    /// non-negative integer counts (C5) with a positive sum (C6).
+    pub fn new_with_params(
+        op: Op,
+        geom: Geometry,
+        eps: Rational,
+        inputs: BTreeMap<String, Vec<QSqrt>>,
+        params: Params,
+    ) -> Result<Problem, SpecError> {
+        let zero = Rational::from_integer(0.into());
+        if op == Op::RunningUpdate {
+            let a = params.momentum.as_ref().ok_or(SpecError::MissingParam {
+                op: op.name(),
+                field: "momentum",
+            })?;
+            if *a < zero || *a > Rational::from_integer(1.into()) {
+                return Err(SpecError::BadParam {
+                    field: "momentum",
+                    reason: "must be in [0, 1] (C7)",
+                    value: crate::exact::fmt_rational(a),
+                });
+            }
+            if params.convention.is_none() {
+                return Err(SpecError::MissingParam {
+                    op: op.name(),
+                    field: "convention",
+                });
+            }
+        }
+        if op == Op::SyncStats && geom.layout != crate::Layout::Rows {
+            return Err(SpecError::LayoutNotSupported {
+                op: op.name(),
+                expected: "`rows` (shape [C, R]) (C8)",
+                got: geom.layout.name(),
+            });
+        }
         if eps < Rational::from_integer(0.into()) {
             return Err(SpecError::NegativeEps {
                 value: crate::exact::fmt_rational(&eps),
@@ -326,12 +521,13 @@ impl Problem {
             let expected = match Op::extent(name) {
                 Extent::Cells => geom.len(),
                 Extent::Channel => geom.c,
+                Extent::Shards => geom.m,
             };
             if v.len() != expected {
-                let shape = if Op::extent(name) == Extent::Cells {
-                    geom.shape.clone()
-                } else {
-                    vec![geom.c]
+                let shape = match Op::extent(name) {
+                    Extent::Cells => geom.shape.clone(),
+                    Extent::Channel => vec![geom.c],
+                    Extent::Shards => vec![geom.m],
                 };
                 return Err(SpecError::Length {
                     field: name.to_string(),
@@ -349,11 +545,29 @@ impl Problem {
                 }
             }
         }
+        if op == Op::SyncStats {
+            let counts = &inputs["shard_count"];
+            for (i, n) in counts.iter().enumerate() {
+                let ok = n
+                    .as_rational()
+                    .is_some_and(|r| r.is_integer() && *r >= zero);
+                if !ok {
+                    return Err(SpecError::ShardCount {
+                        index: i,
+                        value: n.to_string(),
+                    });
+                }
+            }
+            if counts.iter().all(QSqrt::is_zero) {
+                return Err(SpecError::NoCells);
+            }
+        }
         Ok(Problem {
             op,
             geom,
             eps,
             inputs,
+            params,
         })
     }
 
@@ -367,8 +581,14 @@ impl Problem {
             let v = match Op::extent(name) {
                 Extent::Cells => (0..g.m).map(|k| data[g.offset(c, k)].clone()).collect(),
                 Extent::Channel => vec![data[c].clone()],
+                Extent::Shards => data.clone(),
             };
             values.insert(name, v);
+        }
+        if let Some(a) = &self.params.momentum {
+            if self.op == Op::RunningUpdate {
+                values.insert("momentum", vec![QSqrt::rational(a.clone())]);
+            }
         }
         if let Some(k) = values
             .get("mean_dy_xhat")
@@ -388,7 +608,10 @@ impl Problem {
                 values.insert("mean_dy_xhat", vec![val]);
             }
         }
-        Ok(ChannelIn { values })
+        Ok(ChannelIn {
+            values,
+            convention: self.params.convention,
+        })
     }
 
     /// Evaluate exactly: bridge → per-row lift of [`channel_op`] → bridge back.
@@ -400,7 +623,7 @@ impl Problem {
             .iter()
             .map(|n| match Op::extent(n) {
                 Extent::Cells => vec![None; g.len()],
-                Extent::Channel => vec![None; g.c],
+                Extent::Channel | Extent::Shards => vec![None; g.c],
             })
             .collect();
         for c in 0..g.c {
@@ -413,7 +636,7 @@ impl Problem {
                             out[o][g.offset(c, k)] = Some(v);
                         }
                     }
-                    Extent::Channel => out[o][c] = vals.into_iter().next(),
+                    Extent::Channel | Extent::Shards => out[o][c] = vals.into_iter().next(),
                 }
             }
         }

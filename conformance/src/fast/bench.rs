@@ -246,6 +246,7 @@ fn impl_case(d: &BenchData, op: Op) -> kernels::Case {
         dtype: kernels::Dtype::F64,
         eps: EPS,
         inputs,
+        params: Default::default(),
     }
 }
 

@@ -115,10 +115,16 @@ impl FastProblem {
         mut cells: BTreeMap<String, NpyData>,
         chan: BTreeMap<String, Vec<f64>>,
     ) -> Result<FastProblem> {
+        if !covers(op) {
+            return Err(ConfError::field(
+                "op",
+                format!("the fast path does not cover `{}`", op.name()),
+            ));
+        }
         for &name in op.inputs() {
             let (got, want) = match Op::extent(name) {
                 Extent::Cells => (cells.get(name).map(|d| d.len()), geom.len()),
-                Extent::Channel => (chan.get(name).map(|d| d.len()), geom.c),
+                Extent::Channel | Extent::Shards => (chan.get(name).map(|d| d.len()), geom.c),
             };
             match got {
                 None => {
@@ -172,13 +178,20 @@ impl FastProblem {
                 Extent::Cells => {
                     cells.insert(name.to_string(), NpyData::F64(vals));
                 }
-                Extent::Channel => {
+                Extent::Channel | Extent::Shards => {
                     chan.insert(name.to_string(), vals);
                 }
             }
         }
         FastProblem::new(p.op, p.geom.clone(), p.eps.clone(), cells, chan).ok()
     }
+}
+
+/// Whether the fast path computes `op`: the five normalising ops. The statistics ops
+/// (`running_update`, `sync_stats`) have O(C·m) exact rational work on their own and go
+/// through the exact path.
+pub fn covers(op: Op) -> bool {
+    !matches!(op, Op::RunningUpdate | Op::SyncStats)
 }
 
 /// `r` as an f64 if it is exactly one.
@@ -449,6 +462,7 @@ fn channel_consts(p: &FastProblem, c: usize, s: &Sums) -> Result<Chan> {
         (mean, q)
     };
     let (ex, outs) = match p.op {
+        Op::RunningUpdate | Op::SyncStats => unreachable!("FastProblem::new refuses them"),
         Op::Forward | Op::Eval | Op::SyncForward => {
             let (mu, q, outs) = match p.op {
                 Op::Forward => {
@@ -724,7 +738,8 @@ pub fn read_fast_case(path: &Path, lim: &InputLimits) -> Result<Option<(CaseHead
     if !matches!(
         h.dtype,
         Dtype::Exact | Dtype::Float(FloatFormat::F64) | Dtype::Float(FloatFormat::F32)
-    ) {
+    ) || !covers(h.op)
+    {
         return Ok(None);
     }
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
@@ -748,7 +763,7 @@ pub fn read_fast_case(path: &Path, lim: &InputLimits) -> Result<Option<(CaseHead
         };
         let (want_shape, want_len) = match Op::extent(name) {
             Extent::Cells => (g.shape.clone(), g.len()),
-            Extent::Channel => (vec![g.c], g.c),
+            Extent::Channel | Extent::Shards => (vec![g.c], g.c),
         };
         let data = match val {
             Value::Object(o) if o.contains_key("npy") => {
@@ -794,7 +809,7 @@ pub fn read_fast_case(path: &Path, lim: &InputLimits) -> Result<Option<(CaseHead
             Extent::Cells => {
                 cells.insert(name.to_string(), data);
             }
-            Extent::Channel => {
+            Extent::Channel | Extent::Shards => {
                 let v: Vec<f64> = (0..data.len()).map(|i| data.get(i)).collect();
                 chan.insert(name.to_string(), v);
             }
@@ -831,7 +846,7 @@ pub fn write_out_dir(h: &CaseHeader, out: FastOutputs, dir: &Path) -> Result<Fas
     for (name, f64s, f32s) in out.outputs {
         let shape = match Op::extent(name) {
             Extent::Cells => h.geom.shape.clone(),
-            Extent::Channel => vec![h.geom.c],
+            Extent::Channel | Extent::Shards => vec![h.geom.c],
         };
         let (p64, p32) = (format!("{name}.f64.npy"), format!("{name}.f32.npy"));
         // The two files of an output are written concurrently (each atomically).
