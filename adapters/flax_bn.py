@@ -3,6 +3,8 @@
 directory protocol.
 
 Usage: python adapters/flax_bn.py DIR       (CPU only; float64 through jax_enable_x64)
+       FLAX_BN_FAST_VARIANCE=0 python adapters/flax_bn.py DIR   (row `flax_bn_twopass`:
+       use_fast_variance=False, the two-pass variance Flax offers as a non-default)
 
 The module is `nn.BatchNorm(axis=<channel axis>, epsilon=eps)` with every other argument at
 its default: `use_fast_variance=True` (variance = mean(x**2) - mean(x)**2, clipped at 0, in
@@ -48,7 +50,13 @@ jax.config.update("jax_platforms", "cpu")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _protocol import AXES, Unsupported, main  # noqa: E402
 
-NAME = "flax_bn"
+FAST = os.environ.get("FLAX_BN_FAST_VARIANCE", "1") != "0"
+NAME = "flax_bn" if FAST else "flax_bn_twopass"
+
+
+def BatchNorm(**kw):
+    """nn.BatchNorm with its defaults, except use_fast_variance=False under FLAX_BN_FAST_VARIANCE=0."""
+    return nn.BatchNorm(**kw) if FAST else nn.BatchNorm(use_fast_variance=False, **kw)
 
 
 def _vars(gamma, beta, mean, var):
@@ -56,7 +64,7 @@ def _vars(gamma, beta, mean, var):
 
 
 def _train(x, gamma, beta, rmean, rvar, eps, cax, momentum):
-    bn = nn.BatchNorm(axis=cax, epsilon=eps, momentum=momentum)
+    bn = BatchNorm(axis=cax, epsilon=eps, momentum=momentum)
     y, upd = bn.apply(_vars(gamma, beta, rmean, rvar), x, use_running_average=False, mutable=["batch_stats"])
     return y, upd["batch_stats"]["mean"], upd["batch_stats"]["var"]
 
@@ -68,7 +76,7 @@ def _forward(x, gamma, beta, eps, cax):
 
 def _backward(x, dy, gamma, eps, cax):
     c = gamma.shape[0]
-    bn = nn.BatchNorm(axis=cax, epsilon=eps)
+    bn = BatchNorm(axis=cax, epsilon=eps)
     stats = (jnp.zeros(c, x.dtype), jnp.ones(c, x.dtype))
 
     def f(x_, g_, b_):
@@ -79,7 +87,7 @@ def _backward(x, dy, gamma, eps, cax):
 
 
 def _eval(x, gamma, beta, mean, var, eps, cax):
-    bn = nn.BatchNorm(axis=cax, epsilon=eps)
+    bn = BatchNorm(axis=cax, epsilon=eps)
     return bn.apply(_vars(gamma, beta, mean, var), x, use_running_average=True)
 
 

@@ -4,7 +4,7 @@
 # (the printed table and the adapter's stderr, git-ignored).
 #
 # Usage: bash adapters/run_all.sh            numpy_bn, onnxruntime_bn (the cheap set CI runs)
-#        bash adapters/run_all.sh --heavy    also jax_bn, flax_bn, tf_keras_bn, tf_fused_bn
+#        bash adapters/run_all.sh --heavy    also jax_bn(_stable), flax_bn(_twopass), tf_keras_bn, tf_fused_bn
 #                                            (bash adapters/setup.sh --heavy), and the Rust
 #                                            peers through adapters/rust/run.sh if it exists
 #        ADAPTERS_HEAVY=1 bash adapters/run_all.sh   same as --heavy
@@ -66,6 +66,7 @@ if [ "$HEAVY" = 1 ]; then
     run jax_bn jax_bn.py $dtype ""
     run jax_bn_stable jax_bn.py $dtype "JAX_BN_ALGORITHM=stable"
     run flax_bn flax_bn.py $dtype ""
+    run flax_bn_twopass flax_bn.py $dtype "FLAX_BN_FAST_VARIANCE=0"
     run tf_keras_bn tf_keras_bn.py $dtype ""
     run tf_fused_bn tf_fused_bn.py $dtype ""
   done
