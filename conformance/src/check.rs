@@ -282,20 +282,35 @@ impl CaseResult {
         }
         let u = case.dtype.unit_roundoff();
         for o in self.outputs.iter().filter(|o| o.n_over > 0) {
+            use spec::op::Extent;
+            let chan = channel_of(case, &o.name, o.index);
+            let g = spec::Geometry::new(case.layout, &case.shape, usize::MAX).expect("valid");
+            // Up to 8 values, then the count.
+            let list = |vals: Vec<f64>| {
+                let mut t: Vec<String> = vals.iter().take(8).map(|x| format!("{x:e}")).collect();
+                if vals.len() > 8 {
+                    t.push(format!("… ({} values)", vals.len()));
+                }
+                format!("[{}]", t.join(", "))
+            };
             let inputs: Vec<String> = case
                 .op
                 .inputs()
                 .iter()
                 .filter_map(|&n| {
                     let v = &case.inputs[n];
-                    let i = if spec::Op::extent(n) == spec::op::Extent::Cells
-                        && spec::Op::extent(&o.name) == spec::op::Extent::Cells
-                    {
-                        o.index
-                    } else {
-                        channel_of(case, &o.name, o.index)
-                    };
-                    v.get(i).map(|x| format!("{n}={x:e}"))
+                    match (spec::Op::extent(n), spec::Op::extent(&o.name)) {
+                        (Extent::Cells, Extent::Cells) => {
+                            v.get(o.index).map(|x| format!("{n}={x:e}"))
+                        }
+                        // A per-channel output: the channel's cells.
+                        (Extent::Cells, _) => Some(format!(
+                            "{n}[channel {chan}]={}",
+                            list((0..g.m).map(|k| v[g.offset(chan, k)]).collect())
+                        )),
+                        (Extent::Shards, _) => Some(format!("{n}={}", list(v.clone()))),
+                        (Extent::Channel, _) => v.get(chan).map(|x| format!("{n}={x:e}")),
+                    }
                 })
                 .collect();
             s += &format!(
