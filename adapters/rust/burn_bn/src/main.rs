@@ -55,24 +55,22 @@ fn full(c: usize, v: f64, dtype: Dtype, dev: &Device) -> Tensor<1> {
     }
 }
 
-/// A `BatchNorm` module for `c` channels with the given parameters and running statistics
-/// (all in the case dtype, on `dev`). `BatchNormConfig::init` makes the module (it checks
-/// epsilon and momentum); its default-dtype tensors are then replaced, as a user loading
-/// weights would.
+/// A `BatchNorm` module with the given parameters and running statistics (all `[C]`, in the
+/// case dtype, on one device). `BatchNormConfig::init` makes the module (it checks epsilon and
+/// momentum); its default-dtype tensors are then replaced, as a user loading weights would.
 fn module(
-    c: usize,
     eps: f64,
     momentum: f64,
     gamma: Tensor<1>,
     beta: Tensor<1>,
     running_mean: Tensor<1>,
     running_var: Tensor<1>,
-    dev: &Device,
 ) -> BatchNorm {
+    let [c] = gamma.dims();
     let mut bn = BatchNormConfig::new(c)
         .with_epsilon(eps)
         .with_momentum(momentum)
-        .init(dev);
+        .init(&gamma.device());
     bn.gamma = Param::from_tensor(gamma);
     bn.beta = Param::from_tensor(beta);
     bn.running_mean = RunningState::new(running_mean);
@@ -147,14 +145,12 @@ fn run<const D: usize>(case: &Case, inp: &Inputs, lay: &Layout) -> Result<Output
             // Momentum 1: running = running·(1−1) + batch·1, i.e. exactly the batch mean and
             // burn's (biased) batch variance, read back from the module's running state.
             let bn = module(
-                c,
                 eps,
                 1.0,
                 per_channel(inp, "gamma", &ad)?,
                 per_channel(inp, "beta", &ad)?,
                 full(c, 0.0, dt, &ad),
                 full(c, 1.0, dt, &ad),
-                &ad,
             );
             let x: Tensor<D> = lay.input(input(inp, "x")?, &ad);
             let y = bn.forward(x);
@@ -167,14 +163,12 @@ fn run<const D: usize>(case: &Case, inp: &Inputs, lay: &Layout) -> Result<Output
         "backward" => {
             check_eps(eps)?;
             let bn = module(
-                c,
                 eps,
                 0.1,
                 per_channel(inp, "gamma", &ad)?,
                 full(c, 0.0, dt, &ad),
                 full(c, 0.0, dt, &ad),
                 full(c, 1.0, dt, &ad),
-                &ad,
             );
             let x: Tensor<D> = tensor(input(inp, "x")?, &lay.stored, &ad).require_grad();
             let dy: Tensor<D> = lay.input(input(inp, "dy")?, &ad);
@@ -205,14 +199,12 @@ fn run<const D: usize>(case: &Case, inp: &Inputs, lay: &Layout) -> Result<Output
             // Handed-in statistics as the module's running state, on the plain (inference)
             // device: forward takes the inference path there.
             let bn = module(
-                c,
                 eps,
                 0.1,
                 per_channel(inp, "gamma", &flex)?,
                 per_channel(inp, "beta", &flex)?,
                 mean,
                 var,
-                &flex,
             );
             let x: Tensor<D> = lay.input(input(inp, "x")?, &flex);
             let y = bn.forward(x);
@@ -243,14 +235,12 @@ fn run<const D: usize>(case: &Case, inp: &Inputs, lay: &Layout) -> Result<Output
                 1e-5
             };
             let bn = module(
-                c,
                 e,
                 mu,
                 full(c, 1.0, dt, &ad),
                 full(c, 0.0, dt, &ad),
                 per_channel(inp, "running_mean", &ad)?,
                 per_channel(inp, "running_var", &ad)?,
-                &ad,
             );
             let x: Tensor<D> = lay.input(input(inp, "x")?, &ad);
             let _ = bn.forward(x);
