@@ -260,7 +260,7 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
             let (s, dtype, filter) = sel.generate()?;
             protocol::export(&s, dtype, &filter, &out)?;
             eprintln!(
-                "bnconf: wrote {} cases of suite {} ({}) to {} ({} excluded as ill-posed)",
+                "bnconf: wrote {} cases of suite {} ({}) to {} ({} excluded as ill-posed or overflowing the dtype: manifest.json says which)",
                 s.cases.len(),
                 s.name,
                 dtype.name(),
