@@ -7,6 +7,8 @@
 #        bash adapters/run_all.sh --heavy    also jax_bn(_stable), flax_bn(_twopass), tf_keras_bn, tf_fused_bn
 #                                            (bash adapters/setup.sh --heavy), and the Rust
 #                                            peers through adapters/rust/run.sh if it exists
+#        bash adapters/run_all.sh --torch    also torch_bn (PyTorch on CPU; bash adapters/setup.sh --torch;
+#                                            TORCH_BN_DEVICE=cuda on a GPU machine)
 #        ADAPTERS_HEAVY=1 bash adapters/run_all.sh   same as --heavy
 #        RUST_PEERS=0 ... --heavy                    skip adapters/rust/run.sh
 # Needs: bash adapters/setup.sh (the venv), and a built bnconf:
@@ -16,10 +18,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 HEAVY=${ADAPTERS_HEAVY:-0}
+TORCH=0
 for arg in "$@"; do
   case $arg in
     --heavy) HEAVY=1 ;;
-    *) echo "usage: bash adapters/run_all.sh [--heavy]" >&2; exit 2 ;;
+    --torch) TORCH=1 ;;
+    *) echo "usage: bash adapters/run_all.sh [--heavy] [--torch]" >&2; exit 2 ;;
   esac
 done
 PY=${PY:-adapters/.venv/bin/python}
@@ -35,6 +39,10 @@ echo "bnconf: $BNCONF"
 [ -x "$PY" ] || { echo "run_all.sh: no $PY (run bash adapters/setup.sh)" >&2; exit 2; }
 if [ "$HEAVY" = 1 ] && ! "$PY" -c 'import jax, flax, tensorflow' 2>/dev/null; then
   echo "run_all.sh: --heavy needs jax, flax and tensorflow in $PY (run bash adapters/setup.sh --heavy)" >&2
+  exit 2
+fi
+if [ "$TORCH" = 1 ] && ! "$PY" -c 'import torch' 2>/dev/null; then
+  echo "run_all.sh: --torch needs torch in $PY (run bash adapters/setup.sh --torch)" >&2
   exit 2
 fi
 mkdir -p adapters/results
@@ -79,5 +87,13 @@ if [ "$HEAVY" = 1 ]; then
     echo "adapters/rust/run.sh: exit $rc"
     if [ "$rc" -ge 2 ]; then worst=$rc; fi
   fi
+fi
+if [ "$TORCH" = 1 ]; then
+  for dtype in f32 f64; do
+    run torch_bn torch_bn.py $dtype ""
+  done
+  # Diagnostic: running_update through torch.native_batch_norm, which skips F.batch_norm's
+  # refusal of one value per channel (its running variance is then 0/0).
+  run torch_bn_native torch_bn.py f32 "TORCH_BN_NATIVE=1" --ops running_update
 fi
 exit $worst

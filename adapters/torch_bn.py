@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""PyTorch's BatchNorm (`torch.nn.functional.batch_norm`, the function `nn.BatchNorm1d/2d`
+call), speaking the kernel directory protocol.
+
+Usage: python adapters/torch_bn.py DIR      (CPU by default; TORCH_BN_DEVICE=cuda for a GPU,
+                                             where cuDNN/CUDA kernels run instead)
+
+Layouts map to PyTorch's `[N, C, ...]`: `rows`/`flat` `[C, m]` -> `[1, C, m]` (BatchNorm1d's
+`(N, C, L)`), `chw` -> `[1, C, H, W]`, `nchw` as is, `nhwc` `[N, H, W, C]` ->
+`permute(0, 3, 1, 2)`, a channels-last strided view, so PyTorch's channels-last kernel runs
+(results are permuted back).  Every tensor is in the case dtype; eps is a Python float.
+
+- forward: `F.batch_norm(x, running_mean, running_var, gamma, beta, training=True,
+  momentum=1.0, eps)` gives y; `mean` is the batch mean PyTorch normalised with
+  (`torch.native_batch_norm`'s `save_mean`, the same kernel), `var` is
+  `torch.var_mean(x, dims, correction=0)` — PyTorch's own biased variance, what a user would
+  call: the kernel itself returns only `1/sqrt(var + eps)` and keeps the *unbiased* variance in
+  `running_var`.
+- backward: autograd through the same `F.batch_norm(training=True)`: `y.backward(dy)`, then
+  `x.grad`, `weight.grad`, `bias.grad`.
+- eval: `F.batch_norm(training=False)` with running_mean/running_var = the handed-in mean/var.
+- sync_forward: eval with `var = m2 - mean*mean` formed in torch in the dtype (glue: PyTorch's
+  SyncBatchNorm gathers per-replica mean/invstd with `batch_norm_gather_stats_with_counts`,
+  which has no CPU kernel).
+- running_update, convention `pytorch`: PyTorch's own update — `F.batch_norm(training=True,
+  momentum=a)` on copies of the handed-in running statistics, read back.  `onnx`:
+  unsupported (PyTorch has one convention).
+- m = 1 (one value per channel): `F.batch_norm` refuses training mode ("Expected more than 1
+  value per channel when training") for forward, backward and running_update; those cases
+  are reported unsupported with PyTorch's message.  `TORCH_BN_NATIVE=1` calls
+  `torch.native_batch_norm` directly for running_update (no such check; its running variance
+  is then `0/0 = NaN`: a diagnostic row).
+- sync_backward, sync_stats: unsupported on CPU (`batch_norm_backward_elemt`,
+  `batch_norm_backward_reduce` and `batch_norm_gather_stats_with_counts` have no CPU kernel);
+  with TORCH_BN_DEVICE=cuda they are not wired either (they take invstd and sums, not the
+  handed-in statistics of FORMAT.md, so they would judge glue as much as PyTorch)."""
+
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _protocol import Unsupported, main  # noqa: E402
+
+NAME = "torch_bn"
+DEVICE = os.environ.get("TORCH_BN_DEVICE", "cpu")
+NATIVE = os.environ.get("TORCH_BN_NATIVE", "0") == "1"
+
+
+def to_nc(x, layout):
+    """The case array as a torch tensor in PyTorch's [N, C, ...] view."""
+    t = torch.from_numpy(np.ascontiguousarray(x)).to(DEVICE)
+    if layout in ("rows", "flat"):
+        return t.reshape(1, *x.shape)
+    if layout == "chw":
+        return t.reshape(1, *x.shape)
+    if layout == "nchw":
+        return t
+    if layout == "nhwc":
+        return t.permute(0, 3, 1, 2)
+    raise Unsupported(f"{NAME}: unknown layout {layout}")
+
+
+def from_nc(t, layout, shape):
+    """Back to the case layout as a contiguous numpy array."""
+    if layout == "nhwc":
+        t = t.permute(0, 2, 3, 1)
+    return t.detach().cpu().contiguous().numpy().reshape(shape)
+
+
+def vec(a):
+    return torch.from_numpy(np.ascontiguousarray(a)).to(DEVICE)
+
+
+def run_case(case, inp):
+    op, layout = case["op"], case["layout"]
+    if op in ("sync_backward", "sync_stats"):
+        raise Unsupported(
+            f"{NAME}: SyncBatchNorm's kernels (batch_norm_backward_elemt/_reduce, "
+            "batch_norm_gather_stats_with_counts) have no CPU implementation and take "
+            "invstd/sums, not FORMAT.md's handed-in statistics"
+        )
+    if op not in ("forward", "backward", "eval", "sync_forward", "running_update"):
+        raise Unsupported(f"{NAME}: op {op} not implemented")
+    eps = float(case["eps"])
+    x = inp["x"]
+    shape = x.shape
+    xt = to_nc(x, layout)
+    dims = [d for d in range(xt.dim()) if d != 1]
+
+    if op == "forward":
+        c = xt.shape[1]
+        rm, rv = torch.zeros(c, dtype=xt.dtype), torch.ones(c, dtype=xt.dtype)
+        g, b = vec(inp["gamma"]), vec(inp["beta"])
+        y = F.batch_norm(xt, rm, rv, g, b, training=True, momentum=1.0, eps=eps)
+        _, save_mean, _ = torch.native_batch_norm(xt, g, b, None, None, True, 1.0, eps)
+        var, _ = torch.var_mean(xt, dim=dims, correction=0)
+        return {"y": from_nc(y, layout, shape), "mean": save_mean.cpu().numpy(), "var": var.cpu().numpy()}
+
+    if op == "backward":
+        c = xt.shape[1]
+        xg = xt.detach().clone().requires_grad_(True)
+        g = vec(inp["gamma"]).clone().requires_grad_(True)
+        b = torch.zeros(c, dtype=xt.dtype, device=DEVICE, requires_grad=True)
+        y = F.batch_norm(xg, None, None, g, b, training=True, momentum=0.0, eps=eps)
+        y.backward(to_nc(inp["dy"], layout))
+        return {
+            "dx": from_nc(xg.grad, layout, shape),
+            "dgamma": g.grad.cpu().numpy(),
+            "dbeta": b.grad.cpu().numpy(),
+        }
+
+    if op in ("eval", "sync_forward"):
+        mean = vec(inp["mean"])
+        var = vec(inp["var"]) if op == "eval" else vec(inp["m2"]) - mean * mean
+        y = F.batch_norm(xt, mean, var, vec(inp["gamma"]), vec(inp["beta"]), training=False, eps=eps)
+        return {"y": from_nc(y, layout, shape)}
+
+    # running_update
+    if case["convention"] != "pytorch":
+        raise Unsupported(f"{NAME}: PyTorch implements only the pytorch convention, not {case['convention']}")
+    a = float(case["momentum"])
+    rm, rv = vec(inp["running_mean"]).clone(), vec(inp["running_var"]).clone()
+    if NATIVE:
+        torch.native_batch_norm(xt, None, None, rm, rv, True, a, 1e-5)
+    else:
+        F.batch_norm(xt, rm, rv, None, None, training=True, momentum=a, eps=1e-5)
+    return {"new_mean": rm.cpu().numpy(), "new_var": rv.cpu().numpy()}
+
+
+def run_case_checked(case, inp):
+    """`run_case`, with PyTorch's refusal of one value per channel in training mode
+    (`F.batch_norm`'s ValueError, forward/backward/running_update at m = 1) reported as
+    unsupported, with PyTorch's message: the framework declines the case."""
+    try:
+        return run_case(case, inp)
+    except ValueError as e:
+        if "Expected more than 1 value per channel" in str(e):
+            raise Unsupported(f"{NAME}: F.batch_norm refuses this case: {e}")
+        raise
+
+
+if __name__ == "__main__":
+    # One intra-op thread: PyTorch's CPU reductions split work by thread count, and the
+    # committed reports should not depend on the machine's core count.
+    torch.set_num_threads(1)
+    main(run_case_checked, NAME)
