@@ -93,7 +93,8 @@ def run_case(case, inp):
 
     if op == "forward":
         c = xt.shape[1]
-        rm, rv = torch.zeros(c, dtype=xt.dtype), torch.ones(c, dtype=xt.dtype)
+        rm = torch.zeros(c, dtype=xt.dtype, device=DEVICE)
+        rv = torch.ones(c, dtype=xt.dtype, device=DEVICE)
         g, b = vec(inp["gamma"]), vec(inp["beta"])
         y = F.batch_norm(xt, rm, rv, g, b, training=True, momentum=1.0, eps=eps)
         _, save_mean, _ = torch.native_batch_norm(xt, g, b, None, None, True, 1.0, eps)
