@@ -5,7 +5,7 @@
 
 use crate::layout::{channel_cells, element_count};
 use crate::real::Real;
-use crate::stats::{Moments, Summation};
+use crate::stats::{Moments, Summation, WelfordState};
 use crate::{Case, Dtype, Kernel, Op, Outputs, Unsupported, Verdict};
 
 /// The float type a recipe computes in.
@@ -326,31 +326,16 @@ impl<'a, A: Real> Driver<'a, A> {
             (_, Moments::Welford { .. }) => {
                 // Chan's merge of (n_r, mean_r, n_r*var_r), as a balanced tree; empty shards
                 // are skipped.
-                let mut level: Vec<(A, A, A)> = (0..r)
+                let shards = (0..r)
                     .filter(|&i| counts[i] > A::ZERO)
-                    .map(|i| {
-                        (
-                            counts[i],
-                            means[i],
-                            counts[i] * self.sync_var(means[i], m2s[i]),
-                        )
+                    .map(|i| WelfordState {
+                        n: counts[i],
+                        mean: means[i],
+                        m2: counts[i] * self.sync_var(means[i], m2s[i]),
                     })
                     .collect();
-                while level.len() > 1 {
-                    level = level
-                        .chunks(2)
-                        .map(|p| match p {
-                            [a, b] => {
-                                let n = a.0 + b.0;
-                                let d = b.1 - a.1;
-                                (n, a.1 + d * (b.0 / n), a.2 + b.2 + d * d * (a.0 * b.0 / n))
-                            }
-                            [a] => *a,
-                            _ => unreachable!(),
-                        })
-                        .collect();
-                }
-                let Some(&(n, mean, ss)) = level.first() else {
+                let Some(WelfordState { n, mean, m2: ss }) = WelfordState::tree_merge(shards)
+                else {
                     let nan = A::of(f64::NAN);
                     return vec![("mean", vec![nan]), ("m2", vec![nan]), ("var", vec![nan])];
                 };

@@ -84,10 +84,11 @@ pub(crate) enum Moments {
 
 /// Count, mean and sum of squared deviations of a chunk (Welford / Chan state).
 #[derive(Clone, Copy)]
-struct WelfordState<A> {
-    n: A,
-    mean: A,
-    m2: A,
+pub(crate) struct WelfordState<A> {
+    pub(crate) n: A,
+    pub(crate) mean: A,
+    /// Sum of squared deviations from `mean`.
+    pub(crate) m2: A,
 }
 
 impl<A: Real> WelfordState<A> {
@@ -106,8 +107,25 @@ impl<A: Real> WelfordState<A> {
         s
     }
 
+    /// Merge disjoint parts as a balanced tree (error grows with log(#parts), not #parts);
+    /// `None` for no parts.
+    pub(crate) fn tree_merge(mut level: Vec<Self>) -> Option<Self> {
+        while level.len() > 1 {
+            let mut next = Vec::with_capacity(level.len().div_ceil(2));
+            let mut it = level.into_iter();
+            while let Some(a) = it.next() {
+                next.push(match it.next() {
+                    Some(b) => a.merge(b),
+                    None => a,
+                });
+            }
+            level = next;
+        }
+        level.pop()
+    }
+
     /// Chan, Golub & LeVeque's combination of two disjoint parts.
-    fn merge(self, o: Self) -> Self {
+    pub(crate) fn merge(self, o: Self) -> Self {
         let n = self.n + o.n;
         let d = o.mean - self.mean;
         WelfordState {
@@ -132,21 +150,8 @@ impl Moments {
                 (mean, ss / m)
             }
             Moments::Welford { chunk } => {
-                // Chunks merged as a balanced tree (error grows with log(#chunks), not #chunks).
-                let mut level: Vec<WelfordState<A>> =
-                    x.chunks(chunk.max(1)).map(WelfordState::of_chunk).collect();
-                while level.len() > 1 {
-                    let mut next = Vec::with_capacity(level.len().div_ceil(2));
-                    let mut it = level.into_iter();
-                    while let Some(a) = it.next() {
-                        next.push(match it.next() {
-                            Some(b) => WelfordState::merge(a, b),
-                            None => a,
-                        });
-                    }
-                    level = next;
-                }
-                let s = level.pop().expect("a channel is never empty");
+                let chunks = x.chunks(chunk.max(1)).map(WelfordState::of_chunk).collect();
+                let s = WelfordState::tree_merge(chunks).expect("a channel is never empty");
                 (s.mean, s.m2 / m)
             }
             Moments::OnePass => {
