@@ -548,9 +548,7 @@ fn bound_channel(
                     )
                 })
                 .collect();
-            let ad: Vec<f64> = d.iter().map(|e| e.up()).collect();
-            let dx = sum_f(ad.iter().zip(&ax).map(|(a, b)| a * b)) / mf;
-            let var_mag = sum_f(ad.iter().map(|a| a * a)) / mf;
+            let (dx, var_mag) = centred_sums(&d, &ax);
             let mut var = eb(2.0 * dx, var_mag);
             var.mag2 = 4.0 * k_allowance(m) * x1 * x1 * SAFE;
             vec![y, vec![eb(x1, x1)], vec![var]]
@@ -657,6 +655,16 @@ fn bound_channel(
     })
 }
 
+/// `(mean|d·x|, mean(d²))` (upper bounds) from the centred cells `d = x − mean` and `|x|`:
+/// the variance's `cond / 2` and `mag`.
+fn centred_sums(d: &[Iv], ax: &[f64]) -> (f64, f64) {
+    let mf = d.len() as f64;
+    let ad: Vec<f64> = d.iter().map(|e| e.up()).collect();
+    let dx = sum_f(ad.iter().zip(ax).map(|(a, b)| a * b)) / mf;
+    let var_mag = sum_f(ad.iter().map(|a| a * a)) / mf;
+    (dx, var_mag)
+}
+
 /// `running_update` (module docs' model; `a` = momentum, `w_old`, `w_batch` its weights,
 /// `c` the Bessel factor of the convention, 1 for ONNX):
 ///
@@ -676,10 +684,8 @@ fn bound_running_update(inp: &ChannelIn<QSqrt>) -> Vec<Vec<ElementBudget>> {
     let x1 = sum_f(ax.iter().copied()) / mf;
     let mu = sum_iv(&x).div(mf);
     let d: Vec<Iv> = x.iter().map(|e| e.sub(mu)).collect();
-    let ad: Vec<f64> = d.iter().map(|e| e.up()).collect();
     let var = sum_iv(&d.iter().map(|e| e.mul(*e)).collect::<Vec<_>>()).div(mf);
-    let dx = sum_f(ad.iter().zip(&ax).map(|(a, b)| a * b)) / mf;
-    let var_mag = sum_f(ad.iter().map(|a| a * a)) / mf;
+    let (dx, var_mag) = centred_sums(&d, &ax);
     let one = |n: &str| iv_of(&inp.values[n][0]);
     let (rm, rv, a) = (one("running_mean"), one("running_var"), one("momentum"));
     let pytorch = inp.convention == Some(spec::op::Convention::Pytorch);

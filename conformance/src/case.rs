@@ -140,6 +140,15 @@ fn literal(v: &Value) -> Option<String> {
     }
 }
 
+/// A scalar field (`eps`, `momentum`): its literal as written and its exact value.
+fn exact_scalar(field: &str, v: &Value, lim: &InputLimits) -> Result<(String, Rational)> {
+    let text = literal(v)
+        .ok_or_else(|| ConfError::field(field, "must be a number or a numeric string"))?;
+    let value = parse_rational_with(&text, &lim.number)
+        .map_err(|e| ConfError::field(field, e.to_string()))?;
+    Ok((text, value))
+}
+
 /// The header of a case file: everything but the input values (FORMAT.md fields `format`,
 /// `id`, `op`, `layout`, `shape`, `dtype`, `eps`, plus extra fields kept verbatim).
 #[derive(Clone, Debug)]
@@ -238,10 +247,7 @@ pub fn parse_header(v: &Value, lim: &InputLimits) -> Result<CaseHeader> {
         None if !op.uses_eps() => &zero_eps,
         None => return Err(ConfError::field("eps", "missing")),
     };
-    let eps_text = literal(eps_v)
-        .ok_or_else(|| ConfError::field("eps", "must be a number or a numeric string"))?;
-    let eps = parse_rational_with(&eps_text, &lim.number)
-        .map_err(|e| ConfError::field("eps", e.to_string()))?;
+    let (eps_text, eps) = exact_scalar("eps", eps_v, lim)?;
     if eps < Rational::from_integer(0.into()) {
         return Err(ConfError::field(
             "eps",
@@ -254,10 +260,7 @@ pub fn parse_header(v: &Value, lim: &InputLimits) -> Result<CaseHeader> {
         let mv = o.get("momentum").ok_or_else(|| {
             ConfError::field("momentum", "missing (op `running_update` needs it)")
         })?;
-        let text = literal(mv)
-            .ok_or_else(|| ConfError::field("momentum", "must be a number or a numeric string"))?;
-        let a = parse_rational_with(&text, &lim.number)
-            .map_err(|e| ConfError::field("momentum", e.to_string()))?;
+        let (text, a) = exact_scalar("momentum", mv, lim)?;
         if a < Rational::from_integer(0.into()) || a > Rational::from_integer(1.into()) {
             return Err(ConfError::field(
                 "momentum",

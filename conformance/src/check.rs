@@ -281,10 +281,10 @@ impl CaseResult {
             s += &format!(" — {w}");
         }
         let u = case.dtype.unit_roundoff();
+        let g = spec::Geometry::new(case.layout, &case.shape, usize::MAX).expect("valid");
         for o in self.outputs.iter().filter(|o| o.n_over > 0) {
             use spec::op::Extent;
-            let chan = channel_of(case, &o.name, o.index);
-            let g = spec::Geometry::new(case.layout, &case.shape, usize::MAX).expect("valid");
+            let chan = channel_of(&g, &o.name, o.index);
             // Up to 8 values, then the count.
             let list = |vals: Vec<f64>| {
                 let mut t: Vec<String> = vals.iter().take(8).map(|x| format!("{x:e}")).collect();
@@ -356,11 +356,10 @@ impl CaseResult {
     }
 }
 
-fn channel_of(case: &SuiteCase, output: &str, index: usize) -> usize {
+fn channel_of(g: &spec::Geometry, output: &str, index: usize) -> usize {
     if spec::Op::extent(output) == spec::op::Extent::Channel {
         return index;
     }
-    let g = spec::Geometry::new(case.layout, &case.shape, usize::MAX).expect("valid");
     (0..g.c)
         .find(|&c| (0..g.m).any(|k| g.offset(c, k) == index))
         .unwrap_or(0)

@@ -670,14 +670,9 @@ fn make_sync_stats_case(rng: &mut Rng, id: String, class: &Class, dtype: FloatFo
                 continue;
             }
             let cells: Vec<QSqrt> = drawn.iter().map(|&v| q(v)).collect();
-            let nq = QSqrt::int(n as i64);
-            let (mut s1, mut s2) = (QSqrt::int(0), QSqrt::int(0));
-            for v in &cells {
-                s1 = s1 + v;
-                s2 = s2 + &(v * v);
-            }
-            means[ch * r + s] = round_q(&(&s1 / &nq), dtype);
-            m2s[ch * r + s] = round_q(&(&s2 / &nq), dtype);
+            let (mean, e2) = exact_mean_m2(&cells);
+            means[ch * r + s] = round_q(&mean, dtype);
+            m2s[ch * r + s] = round_q(&e2, dtype);
         }
     }
     let mut inputs = BTreeMap::new();
@@ -816,13 +811,8 @@ fn make_case(
             for ch in 0..c {
                 let all: Vec<QSqrt> = xs[ch].iter().map(|&x| q(x)).collect();
                 let n = QSqrt::int(all.len() as i64);
-                let mut s1 = QSqrt::int(0);
-                let mut s2 = QSqrt::int(0);
-                for v in &all {
-                    s1 = s1 + v;
-                    s2 = s2 + &(v * v);
-                }
-                let (mut mu, mut e2) = (round_q(&(&s1 / &n), dtype), round_q(&(&s2 / &n), dtype));
+                let (mu_q, e2_q) = exact_mean_m2(&all);
+                let (mut mu, mut e2) = (round_q(&mu_q, dtype), round_q(&e2_q, dtype));
                 if class.far_stats {
                     let sd = centers[ch].1.max(1e-3);
                     mu = to_dtype(mu + 2.0 * sd, dtype);
@@ -903,6 +893,17 @@ fn make_case(
         convention,
         inputs,
     }
+}
+
+/// Exact `(mean, E[x²])` of a non-empty set of cells.
+fn exact_mean_m2(cells: &[QSqrt]) -> (QSqrt, QSqrt) {
+    let n = QSqrt::int(cells.len() as i64);
+    let (mut s1, mut s2) = (QSqrt::int(0), QSqrt::int(0));
+    for v in cells {
+        s1 = s1 + v;
+        s2 = s2 + &(v * v);
+    }
+    (&s1 / &n, &s2 / &n)
 }
 
 fn q(x: f64) -> QSqrt {
