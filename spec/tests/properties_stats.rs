@@ -22,7 +22,6 @@ mod common;
 use common::*;
 use proptest::collection::vec;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngAlgorithm, TestError, TestRng, TestRunner};
 use spec::channel as ch;
 use spec::op::{Convention, Params};
 use spec::{Geometry, Layout, Op, Problem, QSqrt, Rational};
@@ -256,30 +255,6 @@ proptest! {
     }
 }
 
-/// Run `property` (expected to fail) and return the minimal counterexample; panic if none is
-/// found in the configured number of cases (at least 64; deterministic RNG).
-fn find_counterexample(
-    what: &str,
-    property: impl Fn(Shards) -> Result<(), TestCaseError>,
-) -> Shards {
-    let n_cases = cases().max(64);
-    let config = Config {
-        cases: n_cases,
-        failure_persistence: None,
-        ..Config::default()
-    };
-    let mut runner =
-        TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
-    match runner.run(&shards_strategy(), property) {
-        Err(TestError::Fail(why, minimal)) => {
-            eprintln!("{what}: counterexample found (as expected): {why}\n  {minimal:?}");
-            minimal
-        }
-        Ok(()) => panic!("{what}: expected a counterexample, none found in {n_cases} cases"),
-        Err(e) => panic!("{what}: {e}"),
-    }
-}
-
 /// Negative: the equal-weight mean across unequal shards is not the union's mean.
 #[test]
 fn negative_equal_weight_mean_across_unequal_shards() {
@@ -287,7 +262,7 @@ fn negative_equal_weight_mean_across_unequal_shards() {
         let (_, means, _) = sh.summaries();
         sum(&means) / QSqrt::int(means.len() as i64)
     };
-    let sh = find_counterexample("equal-weight mean == union mean", |sh| {
+    let sh = find_counterexample("equal-weight mean == union mean", shards_strategy(), |sh| {
         eq(
             "equal-weight vs count-weighted mean",
             &sh,
@@ -311,14 +286,18 @@ fn negative_averaged_variances() {
         }
         s / total
     };
-    let sh = find_counterexample("averaged variances == union variance", |sh| {
-        eq(
-            "averaged variances vs union variance",
-            &sh,
-            &averaged(&sh),
-            &merged(&sh).2,
-        )
-    });
+    let sh = find_counterexample(
+        "averaged variances == union variance",
+        shards_strategy(),
+        |sh| {
+            eq(
+                "averaged variances vs union variance",
+                &sh,
+                &averaged(&sh),
+                &merged(&sh).2,
+            )
+        },
+    );
     assert_ne!(averaged(&sh), ch::batch_stats(&sh.union()).1, "{sh:?}");
 }
 
@@ -333,7 +312,7 @@ fn negative_empty_shard_counted_once() {
             .collect();
         ch::merge_shard_stats(&n, &mean, &m2)
     };
-    let sh = find_counterexample("clamped counts == merged", |sh| {
+    let sh = find_counterexample("clamped counts == merged", shards_strategy(), |sh| {
         eq("clamped counts vs merged", &sh, &clamped(&sh), &merged(&sh))
     });
     assert!(sh.has_empty(), "only an empty shard can differ: {sh:?}");

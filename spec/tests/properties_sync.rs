@@ -18,7 +18,6 @@ mod common;
 use common::*;
 use proptest::collection::vec;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngAlgorithm, TestError, TestRng, TestRunner};
 use spec::channel as ch;
 use spec::exact::fmt_rational;
 use spec::layout::bnchw_fwd;
@@ -452,34 +451,6 @@ fn sync_through_problem_irrational_mean_dy_xhat() {
     };
     let irrational = check_problem_sync(&sc).unwrap_or_else(|e| panic!("{e}"));
     assert!(irrational, "expected an irrational mean_dy_xhat for {sc:?}");
-}
-
-/// Run `property` (expected to fail) and return the minimal counterexample proptest finds;
-/// panic if none is found in the configured number of cases (at least 64; deterministic RNG).
-fn find_counterexample<S: Strategy>(
-    what: &str,
-    strategy: S,
-    property: impl Fn(S::Value) -> Result<(), TestCaseError>,
-) -> S::Value
-where
-    S::Value: fmt::Debug,
-{
-    let n_cases = cases().max(64);
-    let config = Config {
-        cases: n_cases,
-        failure_persistence: None,
-        ..Config::default()
-    };
-    let mut runner =
-        TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
-    match runner.run(&strategy, property) {
-        Err(TestError::Fail(why, minimal)) => {
-            eprintln!("{what}: counterexample found (as expected): {why}\n  {minimal:?}");
-            minimal
-        }
-        Ok(()) => panic!("{what}: expected a counterexample, none found in {n_cases} cases"),
-        Err(e) => panic!("{what}: {e}"),
-    }
 }
 
 /// Negative (seed S26 ⚠): the mean of the shards' variances is NOT the union's variance.

@@ -11,7 +11,7 @@
 
 use proptest::collection::vec;
 use proptest::prelude::*;
-use proptest::test_runner::TestCaseError;
+use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
 use spec::exact::{fmt_rational, mul_pow2, BigInt, QSqrt, Rational};
 use spec::num::Dual;
 use spec::{Geometry, Layout, Op, Problem, SpecError};
@@ -428,4 +428,32 @@ pub fn channel_of(geom: &Geometry) -> Vec<usize> {
         }
     }
     ch
+}
+
+/// Run `property` (expected to fail) and return the minimal counterexample proptest finds;
+/// panic if none is found in the configured number of cases (at least 64; deterministic RNG).
+pub fn find_counterexample<S: Strategy>(
+    what: &str,
+    strategy: S,
+    property: impl Fn(S::Value) -> Result<(), TestCaseError>,
+) -> S::Value
+where
+    S::Value: fmt::Debug,
+{
+    let n_cases = cases().max(64);
+    let config = Config {
+        cases: n_cases,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+    match runner.run(&strategy, property) {
+        Err(TestError::Fail(why, minimal)) => {
+            eprintln!("{what}: counterexample found (as expected): {why}\n  {minimal:?}");
+            minimal
+        }
+        Ok(()) => panic!("{what}: expected a counterexample, none found in {n_cases} cases"),
+        Err(e) => panic!("{what}: {e}"),
+    }
 }
