@@ -19,7 +19,7 @@ pub enum ConfError {
     Npy { path: String, msg: String },
     /// The exact reference refused the problem (names the field or constraint).
     #[error("{0}")]
-    Spec(#[from] spec::SpecError),
+    Spec(#[from] bnconf_spec::SpecError),
 }
 
 impl ConfError {

@@ -3,14 +3,14 @@
 //! correctly rounded results sit within budget, wrong ones and known-bad kernels far outside,
 //! correct f32/f64 kernels within `k(m)`.
 
-use conformance::budget::{auto_method, budgets, k_allowance, ratio, ElementBudget, Method};
+use bnconf::judge::budget::{auto_method, budgets, k_allowance, ratio, ElementBudget, Method};
+use bnconf_spec::exact::round::{f64_to_rational, round, FloatFormat};
+use bnconf_spec::exact::{QSqrt, Rational};
+use bnconf_spec::layout::{Geometry, Layout};
+use bnconf_spec::num::Dual;
+use bnconf_spec::op::{channel_op, ChannelIn, Convention, Op, Params, Problem};
 use num_traits::Float;
 use proptest::prelude::*;
-use spec::exact::round::{f64_to_rational, round, FloatFormat};
-use spec::exact::{QSqrt, Rational};
-use spec::layout::{Geometry, Layout};
-use spec::num::Dual;
-use spec::op::{channel_op, ChannelIn, Convention, Op, Params, Problem};
 use std::collections::BTreeMap;
 
 // ------------------------------------------------------------------ generation
@@ -290,7 +290,7 @@ fn bound_tightness_report() {
 /// `v` to within `2^-200 * |b|` as a rational (values of different fields cannot be
 /// subtracted exactly).
 fn approx(v: &QSqrt) -> Rational {
-    use spec::exact::BigInt;
+    use bnconf_spec::exact::BigInt;
     match v.d() {
         None => v.a().clone(),
         Some(d) => {
@@ -383,7 +383,7 @@ fn cond_is_first_order_effect_of_relative_perturbation() {
                 flat.extend(inp.values[n].iter().cloned());
             }
             let eps_d = Dual::constant(QSqrt::rational(p.eps.clone()));
-            let jac = spec::vjp::jacobian(
+            let jac = bnconf_spec::vjp::jacobian(
                 |d: &[Dual<QSqrt>]| {
                     let values = spans
                         .iter()
@@ -429,7 +429,7 @@ fn cond_is_first_order_effect_of_relative_perturbation() {
                     d,
                     upf * c
                 );
-                row += if spec::op::Op::extent(name) == spec::op::Extent::Cells {
+                row += if bnconf_spec::op::Op::extent(name) == bnconf_spec::op::Extent::Cells {
                     p.geom.m
                 } else {
                     1
@@ -608,7 +608,7 @@ fn ins<F: Float>(p: &Problem, name: &str, c: usize) -> Vec<F> {
     let g = &p.geom;
     let v = &p.inputs[name];
     let f = |e: &QSqrt| cv::<F>(round(e, FloatFormat::F64).to_f64());
-    if spec::op::Op::extent(name) == spec::op::Extent::Cells {
+    if bnconf_spec::op::Op::extent(name) == bnconf_spec::op::Extent::Cells {
         (0..g.m).map(|k| f(&v[g.offset(c, k)])).collect()
     } else {
         vec![f(&v[c])]
@@ -628,7 +628,8 @@ fn worst_ratios<F: Float>(
     for c in 0..p.geom.c {
         let got = kernel(p, c);
         for (name, vals) in got {
-            let cells = vals.len() > 1 || spec::op::Op::extent(name) == spec::op::Extent::Cells;
+            let cells = vals.len() > 1
+                || bnconf_spec::op::Op::extent(name) == bnconf_spec::op::Extent::Cells;
             for (k, v) in vals.iter().enumerate() {
                 let at = if cells { p.geom.offset(c, k) } else { c };
                 let b: &ElementBudget = &bd[name][at];

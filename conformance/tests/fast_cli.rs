@@ -2,7 +2,7 @@
 //! byte for byte, as the per-element exact path (`--exact-path`), for 1 and 2 threads; its
 //! errors are the exact path's.
 
-use conformance::npy::{read_npy, write_npy, NpyData};
+use bnconf::formats::npy::{read_npy, write_npy, NpyData};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

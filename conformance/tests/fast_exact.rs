@@ -3,11 +3,11 @@
 //! data: large mean with small variance, constant channels, ties, tiny and huge magnitudes,
 //! subnormals, sparse data.
 
-use conformance::fast::{compute, with_threads, FastProblem};
-use conformance::npy::NpyData;
+use bnconf::fast::{compute, with_threads, FastProblem};
+use bnconf::formats::npy::NpyData;
+use bnconf_spec::exact::round::{f64_to_rational, round, FloatFormat};
+use bnconf_spec::{Geometry, Layout, Op, Problem, QSqrt, Rational};
 use proptest::prelude::*;
-use spec::exact::round::{f64_to_rational, round, FloatFormat};
-use spec::{Geometry, Layout, Op, Problem, QSqrt, Rational};
 use std::collections::BTreeMap;
 
 fn q(x: f64) -> QSqrt {
@@ -55,7 +55,7 @@ fn check(p: &Problem, f32_data: bool) -> u64 {
             match (&exact, fast) {
                 (Err(e), Err(f)) => {
                     assert_eq!(
-                        conformance::error::ConfError::Spec(e.clone()).to_string(),
+                        bnconf::error::ConfError::Spec(e.clone()).to_string(),
                         f.to_string()
                     )
                 }
@@ -335,10 +335,7 @@ fn larger_channels_all_layouts() {
         (Layout::Nhwc, vec![2, 8, 8, 3]),
         (Layout::Rows, vec![3, 256]),
     ] {
-        for op in Op::ALL
-            .into_iter()
-            .filter(|o| conformance::fast::covers(*o))
-        {
+        for op in Op::ALL.into_iter().filter(|o| bnconf::fast::covers(*o)) {
             let p = build(
                 op,
                 layout,

@@ -2,10 +2,10 @@
 //! of u·(cond + mag) — the bar an independent oracle applies — not only within k(m).
 //! Sequential f32 sums fail this; pairwise sums and tree-merged Welford pass.
 
-use conformance::check;
-use conformance::suite::{to_dtype, Level, Rng, SuiteCase};
-use spec::exact::round::FloatFormat;
-use spec::{Layout, Op};
+use bnconf::judge::check;
+use bnconf::suite::{to_dtype, Level, Rng, SuiteCase};
+use bnconf_spec::exact::round::FloatFormat;
+use bnconf_spec::{Layout, Op};
 use std::collections::BTreeMap;
 
 fn case(op: Op, dtype: FloatFormat, mu: f64, sd: f64, seed: u64) -> SuiteCase {
@@ -79,8 +79,8 @@ fn good_kernels_stay_within_16_units_on_large_channels() {
     cases.push(case(Op::Backward, FloatFormat::F32, 100.0, 1.0, 22));
     let prepared = check::prepare(&cases).expect("valid cases");
     let mut report = String::new();
-    for k in kernels::all_kernels() {
-        if k.verdict() != kernels::Verdict::Good {
+    for k in bnconf_impl::all_kernels() {
+        if k.verdict() != bnconf_impl::Verdict::Good {
             continue;
         }
         for r in check::run_kernel(k.as_ref(), &prepared) {

@@ -1,11 +1,11 @@
 //! ONNX's own BatchNormalization test data (shared/peers/onnx), decoded and judged by the
 //! exact reference. Every assertion is on a computed fact; nothing is a hard-coded ratio.
 
-use conformance::onnx::{
+use bnconf::peers::onnx::{
     decimal_eps, eps_of, find_tests, judge, load_test, nchw_shape, parse_tensor, OnnxTest,
 };
-use spec::exact::round::f64_to_rational;
-use spec::Op;
+use bnconf_spec::exact::round::f64_to_rational;
+use bnconf_spec::Op;
 use std::path::PathBuf;
 
 /// `shared/` sits beside the repository (here `/work/shared`, in CI `../shared` next to the
@@ -64,7 +64,7 @@ fn node_tests_have_the_documented_shapes_and_attributes() {
             assert_eq!(p.dims, [3], "{}", t.name);
         }
         for x in t.inputs.iter().chain(&t.expected) {
-            assert_eq!(x.data_type, conformance::onnx::DT_FLOAT, "{}", t.name);
+            assert_eq!(x.data_type, bnconf::peers::onnx::DT_FLOAT, "{}", t.name);
         }
         let eps_dec = if t.name.contains("epsilon") {
             1e-2f32

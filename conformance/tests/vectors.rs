@@ -1,7 +1,7 @@
 //! The committed vector set `vectors/`: regeneration is byte-identical (1 and 2 threads),
 //! `bnconf verify` passes on it and catches edited values and manifest mismatches.
 
-use conformance::vectors::{self, sha256_hex, MANIFEST};
+use bnconf::suite::vectors::{self, sha256_hex, MANIFEST};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -79,7 +79,7 @@ fn regeneration_is_byte_identical_with_1_and_2_threads() {
 
 #[test]
 fn in_memory_generation_matches_committed_manifest() {
-    let files = vectors::generate(conformance::suite::DEFAULT_SEED).unwrap();
+    let files = vectors::generate(bnconf::suite::DEFAULT_SEED).unwrap();
     let m = files.last().unwrap();
     assert_eq!(m.path, MANIFEST);
     assert_eq!(

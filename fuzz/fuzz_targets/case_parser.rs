@@ -4,9 +4,9 @@
 //! as an error naming the field.
 #![no_main]
 
-use conformance::case::{parse_case, InputLimits};
+use bnconf::case::{parse_case, InputLimits};
 use libfuzzer_sys::fuzz_target;
-use spec::exact::round::FloatFormat;
+use bnconf_spec::exact::round::FloatFormat;
 use std::path::Path;
 
 fuzz_target!(|data: &[u8]| {
@@ -28,8 +28,8 @@ fuzz_target!(|data: &[u8]| {
     if case.problem.geom.len() > 64 {
         return;
     }
-    if let Ok(g) = conformance::golden::compute(case) {
-        let doc = conformance::golden::golden_json(
+    if let Ok(g) = bnconf::golden::compute(case) {
+        let doc = bnconf::golden::golden_json(
             &g,
             &[
                 FloatFormat::F64,

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use spec::exact::parse::{parse_exact_with, parse_rational_with, Limits};
+use bnconf_spec::exact::parse::{parse_exact_with, parse_rational_with, Limits};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(s) = std::str::from_utf8(data) else {
@@ -25,11 +25,11 @@ fuzz_target!(|data: &[u8]| {
         assert!(v == w, "{s:?} printed as {t:?} parses back to {w}");
     }
     if let Ok(r) = parse_rational_with(s, &lim) {
-        let t = spec::exact::fmt_rational(&r);
+        let t = bnconf_spec::exact::fmt_rational(&r);
         let w = parse_rational_with(&t, &unlimited)
             .unwrap_or_else(|e| panic!("{s:?} printed as {t:?} does not parse back: {e}"));
         assert_eq!(r, w, "{s:?} printed as {t:?}");
     }
     // The default entry point must agree with the explicit default limits.
-    let _ = spec::exact::parse::parse_exact(s);
+    let _ = bnconf_spec::exact::parse::parse_exact(s);
 });

@@ -3,10 +3,10 @@
 //! input and must be checked before anything is allocated.
 #![no_main]
 
-use conformance::case::{npy_to_exact, Dtype};
-use conformance::npy::read_npy_bytes;
+use bnconf::case::{npy_to_exact, Dtype};
+use bnconf::npy::read_npy_bytes;
 use libfuzzer_sys::fuzz_target;
-use spec::exact::round::FloatFormat;
+use bnconf_spec::exact::round::FloatFormat;
 
 fuzz_target!(|data: &[u8]| {
     let Ok((shape, d)) = read_npy_bytes(data, 1 << 16) else {

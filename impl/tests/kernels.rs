@@ -1,7 +1,7 @@
 //! Behavioural tests of the kernels through the public API. The rigorous judging against
 //! exact goldens lives in the conformance crate; these are small hand cases and invariants.
 
-use kernels::*;
+use bnconf_impl::*;
 use std::collections::BTreeMap;
 
 /// Deterministic values in `[lo, hi)`, on a grid of 1/256 so they are exact in every dtype

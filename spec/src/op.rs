@@ -24,11 +24,11 @@ pub enum Op {
     ///
     /// *Example* (`x = [1, 2, 3, 4]`, one channel, eps 0: mean 5/2, var 5/4, `q = 5/4`):
     /// ```
-    /// # use spec::{exact::parse::parse_exact, Geometry, Layout, Op, Problem};
+    /// # use bnconf_spec::{exact::parse::parse_exact, Geometry, Layout, Op, Problem};
     /// let v = |xs: &[&str]| xs.iter().map(|s| parse_exact(s).unwrap()).collect::<Vec<_>>();
     /// let inputs = [("x", v(&["1", "2", "3", "4"])), ("gamma", v(&["1"])), ("beta", v(&["0"]))]
     ///     .into_iter().map(|(k, x)| (k.to_string(), x)).collect();
-    /// let p = Problem::new(Op::Forward, Geometry::new(Layout::Rows, &[1, 4], 64).unwrap(), spec::Rational::from_integer(0.into()), inputs).unwrap();
+    /// let p = Problem::new(Op::Forward, Geometry::new(Layout::Rows, &[1, 4], 64).unwrap(), bnconf_spec::Rational::from_integer(0.into()), inputs).unwrap();
     /// let out = p.evaluate().unwrap();
     /// assert_eq!(out["y"][0].to_string(), "0 + -6/5*sqrt(5/4)"); // (1 − 5/2)/sqrt(5/4)
     /// assert_eq!(out["var"][0].to_string(), "5/4");
@@ -44,11 +44,11 @@ pub enum Op {
     ///
     /// *Example* (`x = [0, 2]`, `dy = [1, 0]`, eps 0: r = 1, xhat = [−1, 1]):
     /// ```
-    /// # use spec::{exact::parse::parse_exact, Geometry, Layout, Op, Problem};
+    /// # use bnconf_spec::{exact::parse::parse_exact, Geometry, Layout, Op, Problem};
     /// let v = |xs: &[&str]| xs.iter().map(|s| parse_exact(s).unwrap()).collect::<Vec<_>>();
     /// let inputs = [("x", v(&["0", "2"])), ("dy", v(&["1", "0"])), ("gamma", v(&["3"]))]
     ///     .into_iter().map(|(k, x)| (k.to_string(), x)).collect();
-    /// let p = Problem::new(Op::Backward, Geometry::new(Layout::Nchw, &[2, 1, 1, 1], 64).unwrap(), spec::Rational::from_integer(0.into()), inputs).unwrap();
+    /// let p = Problem::new(Op::Backward, Geometry::new(Layout::Nchw, &[2, 1, 1, 1], 64).unwrap(), bnconf_spec::Rational::from_integer(0.into()), inputs).unwrap();
     /// let out = p.evaluate().unwrap();
     /// assert_eq!((out["dx"][0].to_string(), out["dgamma"][0].to_string(), out["dbeta"][0].to_string()),
     ///            ("0".into(), "-1".into(), "1".into()));
@@ -64,11 +64,11 @@ pub enum Op {
     ///
     /// *Example* (mean 1, var 3, eps 1: `r = 1/2`):
     /// ```
-    /// # use spec::{exact::parse::parse_exact, Geometry, Layout, Op, Problem};
+    /// # use bnconf_spec::{exact::parse::parse_exact, Geometry, Layout, Op, Problem};
     /// let v = |xs: &[&str]| xs.iter().map(|s| parse_exact(s).unwrap()).collect::<Vec<_>>();
     /// let inputs = [("x", v(&["5"])), ("gamma", v(&["2"])), ("beta", v(&["1/2"])), ("mean", v(&["1"])), ("var", v(&["3"]))]
     ///     .into_iter().map(|(k, x)| (k.to_string(), x)).collect();
-    /// let p = Problem::new(Op::Eval, Geometry::new(Layout::Chw, &[1, 1, 1], 64).unwrap(), spec::Rational::from_integer(1.into()), inputs).unwrap();
+    /// let p = Problem::new(Op::Eval, Geometry::new(Layout::Chw, &[1, 1, 1], 64).unwrap(), bnconf_spec::Rational::from_integer(1.into()), inputs).unwrap();
     /// assert_eq!(p.evaluate().unwrap()["y"][0].to_string(), "9/2"); // 2·4·(1/2) + 1/2
     /// ```
     Eval,
@@ -81,11 +81,11 @@ pub enum Op {
     ///
     /// *Example* (mean 1, m2 2, eps 1: `q = 2`):
     /// ```
-    /// # use spec::{exact::parse::parse_exact, Geometry, Layout, Op, Problem};
+    /// # use bnconf_spec::{exact::parse::parse_exact, Geometry, Layout, Op, Problem};
     /// let v = |xs: &[&str]| xs.iter().map(|s| parse_exact(s).unwrap()).collect::<Vec<_>>();
     /// let inputs = [("x", v(&["3"])), ("gamma", v(&["1"])), ("beta", v(&["0"])), ("mean", v(&["1"])), ("m2", v(&["2"]))]
     ///     .into_iter().map(|(k, x)| (k.to_string(), x)).collect();
-    /// let p = Problem::new(Op::SyncForward, Geometry::new(Layout::Nhwc, &[1, 1, 1, 1], 64).unwrap(), spec::Rational::from_integer(1.into()), inputs).unwrap();
+    /// let p = Problem::new(Op::SyncForward, Geometry::new(Layout::Nhwc, &[1, 1, 1, 1], 64).unwrap(), bnconf_spec::Rational::from_integer(1.into()), inputs).unwrap();
     /// assert_eq!(p.evaluate().unwrap()["y"][0].to_string(), "0 + 1*sqrt(2)"); // 2/sqrt(2)
     /// ```
     SyncForward,
@@ -101,12 +101,12 @@ pub enum Op {
     ///
     /// *Example* (q = 2, `mean_dy_xhat = 1/4 + sqrt(8)`):
     /// ```
-    /// # use spec::{exact::parse::parse_exact, Geometry, Layout, Op, Problem};
+    /// # use bnconf_spec::{exact::parse::parse_exact, Geometry, Layout, Op, Problem};
     /// let v = |xs: &[&str]| xs.iter().map(|s| parse_exact(s).unwrap()).collect::<Vec<_>>();
     /// let inputs = [("x", v(&["1", "3"])), ("dy", v(&["1", "-1"])), ("gamma", v(&["2"])), ("mean", v(&["1"])),
     ///     ("m2", v(&["2"])), ("mean_dy", v(&["1/2"])), ("mean_dy_xhat", v(&["1/4 + 1*sqrt(8)"]))]
     ///     .into_iter().map(|(k, x)| (k.to_string(), x)).collect();
-    /// let p = Problem::new(Op::SyncBackward, Geometry::new(Layout::Flat, &[1, 2], 64).unwrap(), spec::Rational::from_integer(1.into()), inputs).unwrap();
+    /// let p = Problem::new(Op::SyncBackward, Geometry::new(Layout::Flat, &[1, 2], 64).unwrap(), bnconf_spec::Rational::from_integer(1.into()), inputs).unwrap();
     /// let out = p.evaluate().unwrap();
     /// assert_eq!(out["dx"][1].to_string(), "-1/2 + -11/2*sqrt(2)");
     /// assert_eq!(out["dgamma"][0].to_string(), "0 + -1*sqrt(2)");
@@ -130,17 +130,17 @@ pub enum Op {
     ///
     /// *Example* (`x = [1, 3]`: mean 2, var 1, m = 2; running 0 and 1; a = 1/10):
     /// ```
-    /// # use spec::{exact::parse::parse_exact, Geometry, Layout, Op, Problem};
-    /// # use spec::op::{Convention, Params};
+    /// # use bnconf_spec::{exact::parse::parse_exact, Geometry, Layout, Op, Problem};
+    /// # use bnconf_spec::op::{Convention, Params};
     /// let v = |xs: &[&str]| xs.iter().map(|s| parse_exact(s).unwrap()).collect::<Vec<_>>();
-    /// let inputs: std::collections::BTreeMap<String, Vec<spec::QSqrt>> =
+    /// let inputs: std::collections::BTreeMap<String, Vec<bnconf_spec::QSqrt>> =
     ///     [("x", v(&["1", "3"])), ("running_mean", v(&["0"])), ("running_var", v(&["1"]))]
     ///     .into_iter().map(|(k, x)| (k.to_string(), x)).collect();
     /// let g = Geometry::new(Layout::Rows, &[1, 2], 64).unwrap();
-    /// let a = spec::exact::parse::parse_rational("0.1").unwrap();
+    /// let a = bnconf_spec::exact::parse::parse_rational("0.1").unwrap();
     /// let run = |conv| {
     ///     let params = Params { momentum: Some(a.clone()), convention: Some(conv) };
-    ///     let p = Problem::new_with_params(Op::RunningUpdate, g.clone(), spec::Rational::from_integer(0.into()), inputs.clone(), params).unwrap();
+    ///     let p = Problem::new_with_params(Op::RunningUpdate, g.clone(), bnconf_spec::Rational::from_integer(0.into()), inputs.clone(), params).unwrap();
     ///     let out = p.evaluate().unwrap();
     ///     (out["new_mean"][0].to_string(), out["new_var"][0].to_string())
     /// };
@@ -164,11 +164,11 @@ pub enum Op {
     ///
     /// *Example* (shards of 1, 3 and 0 cells: means 0, 4, 100; E[x²] 0, 20, 7):
     /// ```
-    /// # use spec::{exact::parse::parse_exact, Geometry, Layout, Op, Problem};
+    /// # use bnconf_spec::{exact::parse::parse_exact, Geometry, Layout, Op, Problem};
     /// let v = |xs: &[&str]| xs.iter().map(|s| parse_exact(s).unwrap()).collect::<Vec<_>>();
     /// let inputs = [("shard_count", v(&["1", "3", "0"])), ("shard_mean", v(&["0", "4", "100"])),
     ///     ("shard_m2", v(&["0", "20", "7"]))].into_iter().map(|(k, x)| (k.to_string(), x)).collect();
-    /// let p = Problem::new(Op::SyncStats, Geometry::new(Layout::Rows, &[1, 3], 64).unwrap(), spec::Rational::from_integer(0.into()), inputs).unwrap();
+    /// let p = Problem::new(Op::SyncStats, Geometry::new(Layout::Rows, &[1, 3], 64).unwrap(), bnconf_spec::Rational::from_integer(0.into()), inputs).unwrap();
     /// let out = p.evaluate().unwrap();
     /// assert_eq!(out["mean"][0].to_string(), "3");  // (1·0 + 3·4)/4
     /// assert_eq!(out["m2"][0].to_string(), "15");   // (1·0 + 3·20)/4

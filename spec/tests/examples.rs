@@ -1,6 +1,6 @@
 //! Exact examples, computed by hand, for each op (the ones the docs quote).
-use spec::exact::parse::parse_exact;
-use spec::{Geometry, Layout, Op, Problem, QSqrt};
+use bnconf_spec::exact::parse::parse_exact;
+use bnconf_spec::{Geometry, Layout, Op, Problem, QSqrt};
 use std::collections::BTreeMap;
 
 fn v(xs: &[&str]) -> Vec<QSqrt> {
@@ -113,7 +113,7 @@ fn sync_backward_accepts_field_values() {
     let p = Problem::new(
         Op::SyncBackward,
         geom.clone(),
-        spec::Rational::from_integer(1.into()),
+        bnconf_spec::Rational::from_integer(1.into()),
         inputs.clone(),
     )
     .unwrap();
@@ -124,7 +124,7 @@ fn sync_backward_accepts_field_values() {
     let err = Problem::new(
         Op::SyncBackward,
         geom,
-        spec::Rational::from_integer(1.into()),
+        bnconf_spec::Rational::from_integer(1.into()),
         inputs,
     )
     .unwrap()
@@ -143,7 +143,7 @@ fn constraint_errors_name_the_field() {
     let e = Problem::new(
         Op::Forward,
         geom.clone(),
-        spec::Rational::from_integer(0.into()),
+        bnconf_spec::Rational::from_integer(0.into()),
         inputs.clone(),
     )
     .unwrap()
@@ -154,7 +154,7 @@ fn constraint_errors_name_the_field() {
     let e = Problem::new(
         Op::Forward,
         geom,
-        spec::Rational::from_integer(0.into()),
+        bnconf_spec::Rational::from_integer(0.into()),
         inputs,
     )
     .unwrap_err();

@@ -7,18 +7,18 @@
 
 mod common;
 
-use common::*;
-use proptest::collection::vec;
-use proptest::prelude::*;
-use spec::channel as ch;
-use spec::layout::{
+use bnconf_spec::channel as ch;
+use bnconf_spec::layout::{
     bnchw_back, bnchw_fwd, bnchw_transpose_back, bnchw_transpose_fwd, gather, mat_to_tensor3,
     reassoc_back, reassoc_fwd, reindex_vjp, tensor3_to_mat,
 };
-use spec::num::Dual;
-use spec::per_channel::{self as pc, SyncStats};
-use spec::vjp::{jacobian, transpose_apply};
-use spec::{Layout, Op, QSqrt, SpecError};
+use bnconf_spec::num::Dual;
+use bnconf_spec::per_channel::{self as pc, SyncStats};
+use bnconf_spec::vjp::{jacobian, transpose_apply};
+use bnconf_spec::{Layout, Op, QSqrt, SpecError};
+use common::*;
+use proptest::collection::vec;
+use proptest::prelude::*;
 
 type D = Dual<QSqrt>;
 
@@ -222,8 +222,8 @@ proptest! {
             let there = eval(op.name(), &flat, &flat.problem(op))?;
             for name in op.outputs() {
                 let want = match Op::extent(name) {
-                    spec::op::Extent::Cells => g.from_mat(&there[name]),
-                    spec::op::Extent::Channel | spec::op::Extent::Shards => there[name].clone(),
+                    bnconf_spec::op::Extent::Cells => g.from_mat(&there[name]),
+                    bnconf_spec::op::Extent::Channel | bnconf_spec::op::Extent::Shards => there[name].clone(),
                 };
                 eq_vec(&format!("{} {} on {} vs flat op conjugated by the bridge", op.name(), name,
                     g.layout.name()), &c, &want, &here[name])?;

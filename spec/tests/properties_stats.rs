@@ -19,12 +19,12 @@
 
 mod common;
 
+use bnconf_spec::channel as ch;
+use bnconf_spec::op::{Convention, Params};
+use bnconf_spec::{Geometry, Layout, Op, Problem, QSqrt, Rational};
 use common::*;
 use proptest::collection::vec;
 use proptest::prelude::*;
-use spec::channel as ch;
-use spec::op::{Convention, Params};
-use spec::{Geometry, Layout, Op, Problem, QSqrt, Rational};
 use std::collections::BTreeMap;
 use std::fmt;
 

@@ -15,14 +15,14 @@
 
 mod common;
 
+use bnconf_spec::channel as ch;
+use bnconf_spec::exact::fmt_rational;
+use bnconf_spec::layout::bnchw_fwd;
+use bnconf_spec::per_channel::{self as pc, SyncStats};
+use bnconf_spec::{Geometry, Layout, Op, Problem, QSqrt, Rational};
 use common::*;
 use proptest::collection::vec;
 use proptest::prelude::*;
-use spec::channel as ch;
-use spec::exact::fmt_rational;
-use spec::layout::bnchw_fwd;
-use spec::per_channel::{self as pc, SyncStats};
-use spec::{Geometry, Layout, Op, Problem, QSqrt, Rational};
 use std::collections::BTreeMap;
 use std::fmt;
 

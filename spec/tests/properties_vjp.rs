@@ -7,14 +7,14 @@
 
 mod common;
 
+use bnconf_spec::channel as ch;
+use bnconf_spec::layout::Layout;
+use bnconf_spec::num::{Dual, Scalar};
+use bnconf_spec::per_channel as pc;
+use bnconf_spec::vjp::{jacobian, transpose_apply, vjp};
+use bnconf_spec::{Op, QSqrt, SpecError};
 use common::*;
 use proptest::prelude::*;
-use spec::channel as ch;
-use spec::layout::Layout;
-use spec::num::{Dual, Scalar};
-use spec::per_channel as pc;
-use spec::vjp::{jacobian, transpose_apply, vjp};
-use spec::{Op, QSqrt, SpecError};
 
 type D = Dual<QSqrt>;
 

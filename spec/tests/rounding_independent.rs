@@ -1,5 +1,5 @@
 //! Correct rounding and literal parsing, checked against paths independent of
-//! `spec::exact::round`:
+//! `bnconf_spec::exact::round`:
 //!
 //! - Rust std's decimal parsing (`str::parse::<f64>` / `::<f32>` round correctly, subnormals
 //!   included) on random decimal strings, and on exact decimal expansions of midpoints;
@@ -19,12 +19,12 @@
 //!
 //! The number of cases per property is proptest's default (256), or `PROPTEST_CASES`.
 
+use bnconf_spec::exact::parse::{parse_exact, parse_rational};
+use bnconf_spec::exact::round::{round, round_rational, FloatFormat, Rounded};
+use bnconf_spec::exact::{QSqrt, Rational};
 use num_bigint::BigInt;
 use num_traits::{One, Signed, Zero};
 use proptest::prelude::*;
-use spec::exact::parse::{parse_exact, parse_rational};
-use spec::exact::round::{round, round_rational, FloatFormat, Rounded};
-use spec::exact::{QSqrt, Rational};
 use std::cmp::Ordering;
 
 // ---------------------------------------------------------------------------------------

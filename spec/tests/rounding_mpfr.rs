@@ -1,4 +1,4 @@
-//! `spec::exact::round` against a second exact implementation: MPFR (through `rug`).
+//! `bnconf_spec::exact::round` against a second exact implementation: MPFR (through `rug`).
 //!
 //! Run with `cargo test -p bnconf-spec --features rug` (builds GMP and MPFR from source).
 //!
@@ -20,13 +20,13 @@
 
 #![cfg(feature = "rug")]
 
+use bnconf_spec::exact::round::{round, FloatFormat, Rounded};
+use bnconf_spec::exact::{QSqrt, Rational};
 use num_bigint::BigInt;
 use num_traits::{One, Signed, Zero};
 use proptest::prelude::*;
 use rug::float::Round;
 use rug::{Float, Integer};
-use spec::exact::round::{round, FloatFormat, Rounded};
-use spec::exact::{QSqrt, Rational};
 use std::cmp::Ordering;
 
 type RugQ = rug::Rational;
@@ -278,7 +278,7 @@ proptest! {
         prop_assume!(x.is_finite() && x != 0.0);
         // x has 53 bits: the midpoints of the narrower formats sit among such values; nudge
         // by a quarter of f64's ulp to land on, above or below f64 values.
-        let v = spec::exact::round::f64_to_rational(x).unwrap();
+        let v = bnconf_spec::exact::round::f64_to_rational(x).unwrap();
         let ulp = p2(x.abs().log2().floor() as i64 - 52 - 2).max(p2(-1076));
         check_rational(&(v + ulp * Rational::from_integer(BigInt::from(nudge))), f);
     }

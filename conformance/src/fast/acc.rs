@@ -8,8 +8,8 @@
 //! must be normalised (carry-propagated), which [`SuperAcc::add`] does by itself. The sum is
 //! exact whatever the order of the additions, so splitting work across threads cannot change it.
 
+use bnconf_spec::exact::{mul_pow2, Rational};
 use num_bigint::{BigInt, BigUint, Sign};
-use spec::exact::{mul_pow2, Rational};
 
 /// Exponent of the least significant bit the accumulator can hold (products of two subnormals).
 const EMIN: i32 = -2148;
@@ -171,7 +171,7 @@ impl SuperAcc {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use spec::exact::round::f64_to_rational;
+    use bnconf_spec::exact::round::f64_to_rational;
 
     #[test]
     fn sums_and_products_are_exact() {

@@ -7,15 +7,15 @@
 //! - **f64 two-pass**: a plain two-pass float64 kernel written here (channels in parallel on
 //!   the same threads), the speed of an ordinary float kernel;
 //! - **bnconf-impl twopass-f64**: our kernel under test of that name (serial, generic driver);
-//! - **naive exact**: [`spec::Problem::evaluate`] plus rounding of every output element, on a
+//! - **naive exact**: [`bnconf_spec::Problem::evaluate`] plus rounding of every output element, on a
 //!   smaller shape; its per-element time is extrapolated to the full shape (labelled so).
 
 use super::{compute, FastProblem};
 use crate::error::{ConfError, Result};
-use crate::npy::NpyData;
-use rayon::prelude::*;
-use spec::exact::round::{f64_to_rational, round, FloatFormat};
-use spec::{Geometry, Layout, Op, Problem, QSqrt, Rational};
+use crate::formats::npy::NpyData;
+use crate::par::*;
+use bnconf_spec::exact::round::{f64_to_rational, round, FloatFormat};
+use bnconf_spec::{Geometry, Layout, Op, Problem, QSqrt, Rational};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::time::Instant;
@@ -225,7 +225,7 @@ pub fn exact_problem(d: &BenchData, op: Op) -> Result<Problem> {
     Ok(Problem::new(op, d.geom.clone(), eps_rational(), inputs)?)
 }
 
-fn impl_case(d: &BenchData, op: Op) -> kernels::Case {
+fn impl_case(d: &BenchData, op: Op) -> bnconf_impl::Case {
     let f = |v: &[f32]| v.iter().map(|&e| e as f64).collect::<Vec<f64>>();
     let mut inputs = BTreeMap::new();
     inputs.insert("x".to_string(), f(&d.x));
@@ -235,15 +235,15 @@ fn impl_case(d: &BenchData, op: Op) -> kernels::Case {
     } else {
         inputs.insert("dy".to_string(), f(&d.dy));
     }
-    kernels::Case {
+    bnconf_impl::Case {
         op: if op == Op::Forward {
-            kernels::Op::Forward
+            bnconf_impl::Op::Forward
         } else {
-            kernels::Op::Backward
+            bnconf_impl::Op::Backward
         },
-        layout: kernels::Layout::Nchw,
+        layout: bnconf_impl::Layout::Nchw,
         shape: d.geom.shape.clone(),
-        dtype: kernels::Dtype::F64,
+        dtype: bnconf_impl::Dtype::F64,
         eps: EPS,
         inputs,
         params: Default::default(),
@@ -283,7 +283,7 @@ pub fn run(opts: &BenchOpts) -> Result<String> {
         "bnconf bench: nchw {:?} f32 inputs ({} elements), eps 1e-5, {} threads, best of {}",
         opts.shape,
         len,
-        rayon::current_num_threads(),
+        crate::par::current_num_threads(),
         opts.reps
     );
     let _ = writeln!(out);
@@ -310,7 +310,7 @@ pub fn run(opts: &BenchOpts) -> Result<String> {
             .fold(0f64, f64::max);
         drop(y);
         let t_impl = if opts.impl_kernel {
-            let k = kernels::kernel_by_name("twopass-f64")
+            let k = bnconf_impl::kernel_by_name("twopass-f64")
                 .ok_or_else(|| ConfError::field("kernel", "twopass-f64 missing"))?;
             let case = impl_case(&d, op);
             let t = Instant::now();
@@ -360,25 +360,32 @@ pub fn run(opts: &BenchOpts) -> Result<String> {
 }
 
 /// CLI options of `bnconf bench`.
-#[derive(clap::Args, Clone, Debug)]
+#[derive(Clone, Debug)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct BenchArgs {
     /// `N,C,H,W` of the measurement.
-    #[arg(long, value_delimiter = ',', default_value = "32,64,56,56")]
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, value_delimiter = ',', default_value = "32,64,56,56")
+    )]
     pub shape: Vec<usize>,
     /// `N,C,H,W` of the naive exact baseline (its per-element time is extrapolated).
-    #[arg(long, value_delimiter = ',', default_value = "2,4,16,16")]
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, value_delimiter = ',', default_value = "2,4,16,16")
+    )]
     pub naive_shape: Vec<usize>,
     /// Data seed.
-    #[arg(long, default_value_t = 1)]
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 1))]
     pub seed: u64,
     /// Repetitions of the timed float and fast runs (best reported).
-    #[arg(long, default_value_t = 3)]
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 3))]
     pub reps: usize,
     /// Worker threads (default: RAYON_NUM_THREADS or the number of cores).
-    #[arg(long)]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub threads: Option<usize>,
     /// Skip the (serial, slower) bnconf-impl twopass-f64 kernel.
-    #[arg(long)]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub no_impl: bool,
 }
 

@@ -10,9 +10,9 @@
 //! Underflow adds at most a few units of 2^-1074 per operation, which the caller covers with
 //! an absolute term; overflow yields a non-finite value, which the caller treats as "unknown".
 
+use bnconf_spec::exact::Rational;
 use num_bigint::{BigInt, Sign};
 use num_traits::{Signed, ToPrimitive, Zero};
-use spec::exact::Rational;
 
 /// `hi + lo`, `|lo| <= ulp(hi)/2`.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -185,7 +185,7 @@ pub fn dd_div_sqrt(c: &Rational, q: &Rational) -> DD {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use spec::exact::round::f64_to_rational;
+    use bnconf_spec::exact::round::f64_to_rational;
 
     fn dd_to_rational(d: DD) -> Rational {
         f64_to_rational(d.hi).unwrap() + f64_to_rational(d.lo).unwrap()

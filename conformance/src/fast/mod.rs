@@ -1,7 +1,7 @@
 //! The fast exact reference: correctly rounded golden vectors at float speed (DESIGN §5).
 //!
-//! Same results as the per-element exact path ([`spec::Problem::evaluate`] followed by
-//! [`spec::exact::round::round`]), bit for bit, for inputs that are binary floats (npy data, or
+//! Same results as the per-element exact path ([`bnconf_spec::Problem::evaluate`] followed by
+//! [`bnconf_spec::exact::round::round`]), bit for bit, for inputs that are binary floats (npy data, or
 //! case values of dtype f32/f64). Method:
 //!
 //! 1. **Exact sums** per channel of `x`, `x²`, `dy`, `dy·x` in a fixed-point superaccumulator
@@ -26,19 +26,21 @@ pub mod acc;
 pub mod bench;
 pub mod dd;
 
-use crate::case::{parse_header, read_case_json, read_input, CaseHeader, Dtype, InputLimits};
 use crate::error::{ConfError, Result};
-use crate::npy::{read_npy, write_npy, NpyData};
+use crate::formats::case::{
+    parse_header, read_case_json, read_input, CaseHeader, Dtype, InputLimits,
+};
+use crate::formats::npy::{read_npy, write_npy, NpyData};
+use crate::par::*;
 use acc::SuperAcc;
+use bnconf_spec::exact::round::{f64_to_rational, round, round_rational, FloatFormat};
+use bnconf_spec::exact::{fmt_rational, QSqrt, Rational};
+use bnconf_spec::layout::Layout;
+use bnconf_spec::op::Extent;
+use bnconf_spec::{Geometry, Op, Problem, SpecError};
 use dd::{dd_div_sqrt, dd_of_rational, DD};
 use num_traits::{Signed, Zero};
-use rayon::prelude::*;
 use serde_json::{json, Map, Value};
-use spec::exact::round::{f64_to_rational, round, round_rational, FloatFormat};
-use spec::exact::{fmt_rational, QSqrt, Rational};
-use spec::layout::Layout;
-use spec::op::Extent;
-use spec::{Geometry, Op, Problem, SpecError};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -545,22 +547,44 @@ fn channel_consts(p: &FastProblem, c: usize, s: &Sums) -> Result<Chan> {
 /// Elements per parallel work item of the element pass.
 const CHUNK: usize = 1 << 14;
 
-fn progress_bar(len: u64, show: bool) -> indicatif::ProgressBar {
-    use std::io::IsTerminal;
-    if show && len >= 1 << 20 && std::io::stderr().is_terminal() {
-        let pb = indicatif::ProgressBar::new(len);
-        pb.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{msg} [{bar:40}] {pos}/{len} elements ({eta})",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-            .progress_chars("=> "),
-        );
-        pb.set_message("bnconf golden");
-        pb
-    } else {
-        indicatif::ProgressBar::hidden()
+/// A progress bar on a terminal for long golden runs (indicatif, with the `cli` feature).
+struct Progress(#[cfg(feature = "cli")] indicatif::ProgressBar);
+
+impl Progress {
+    fn inc(&self, _n: u64) {
+        #[cfg(feature = "cli")]
+        self.0.inc(_n);
     }
+    fn finish_and_clear(&self) {
+        #[cfg(feature = "cli")]
+        self.0.finish_and_clear();
+    }
+}
+
+#[cfg(not(feature = "cli"))]
+fn progress_bar(_len: u64, _show: bool) -> Progress {
+    Progress()
+}
+
+#[cfg(feature = "cli")]
+fn progress_bar(len: u64, show: bool) -> Progress {
+    use std::io::IsTerminal;
+    Progress(
+        if show && len >= 1 << 20 && std::io::stderr().is_terminal() {
+            let pb = indicatif::ProgressBar::new(len);
+            pb.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{msg} [{bar:40}] {pos}/{len} elements ({eta})",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            );
+            pb.set_message("bnconf golden");
+            pb
+        } else {
+            indicatif::ProgressBar::hidden()
+        },
+    )
 }
 
 fn run<T: Cell>(p: &FastProblem, x: &[T], dy: Option<&[T]>, show: bool) -> Result<FastOutputs> {
@@ -819,7 +843,7 @@ pub fn read_fast_case(path: &Path, lim: &InputLimits) -> Result<Option<(CaseHead
     Ok(Some((h, fp)))
 }
 
-/// The case object of an `--out-dir` golden.json (as [`crate::golden::write_out_dir`] writes
+/// The case object of an `--out-dir` golden.json (as [`crate::formats::golden::write_out_dir`] writes
 /// it: inputs replaced by their names).
 pub fn case_header_json(h: &CaseHeader) -> Value {
     let mut o = Map::new();
@@ -839,7 +863,7 @@ pub fn case_header_json(h: &CaseHeader) -> Value {
 }
 
 /// Write `DIR/<output>.f64.npy`, `DIR/<output>.f32.npy` and `DIR/golden.json`, exactly as
-/// [`crate::golden::write_out_dir`] does, from fast outputs.
+/// [`crate::formats::golden::write_out_dir`] does, from fast outputs.
 pub fn write_out_dir(h: &CaseHeader, out: FastOutputs, dir: &Path) -> Result<FastStats> {
     std::fs::create_dir_all(dir).map_err(|e| ConfError::io(dir, e))?;
     let mut outs = Map::new();
@@ -850,7 +874,7 @@ pub fn write_out_dir(h: &CaseHeader, out: FastOutputs, dir: &Path) -> Result<Fas
         };
         let (p64, p32) = (format!("{name}.f64.npy"), format!("{name}.f32.npy"));
         // The two files of an output are written concurrently (each atomically).
-        let (r64, r32) = rayon::join(
+        let (r64, r32) = crate::par::join(
             || write_npy(&dir.join(&p64), &shape, &NpyData::F64(f64s)),
             || write_npy(&dir.join(&p32), &shape, &NpyData::F32(f32s)),
         );
@@ -861,9 +885,9 @@ pub fn write_out_dir(h: &CaseHeader, out: FastOutputs, dir: &Path) -> Result<Fas
             json!({"shape": shape, "f64": p64, "f32": p32}),
         );
     }
-    let doc = json!({"format": "bnconf-golden/1", "case": case_header_json(h), "outputs": Value::Object(outs), "provenance": crate::golden::provenance()});
+    let doc = json!({"format": "bnconf-golden/1", "case": case_header_json(h), "outputs": Value::Object(outs), "provenance": crate::formats::golden::provenance()});
     let text = serde_json::to_string_pretty(&doc).expect("serializable");
-    crate::atomic::write_bytes(&dir.join("golden.json"), format!("{text}\n").as_bytes())?;
+    crate::formats::atomic::write_bytes(&dir.join("golden.json"), format!("{text}\n").as_bytes())?;
     Ok(out.stats)
 }
 
@@ -910,30 +934,19 @@ impl Timer {
 }
 
 /// CLI options of the fast path (`bnconf golden ... --out-dir DIR`).
-#[derive(clap::Args, Clone, Debug, Default)]
+#[derive(Clone, Debug, Default)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct FastArgs {
     /// Use the per-element exact path even where the fast path applies (slow; for checking).
-    #[arg(long)]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub exact_path: bool,
     /// Worker threads (default: RAYON_NUM_THREADS or the number of cores). Results do not
     /// depend on it.
-    #[arg(long)]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub threads: Option<usize>,
 }
 
-/// Run `f` on a pool of `threads` workers (the global pool when `None`).
-pub fn with_threads<T: Send>(threads: Option<usize>, f: impl FnOnce() -> T + Send) -> Result<T> {
-    match threads {
-        None => Ok(f()),
-        Some(n) => {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(n)
-                .build()
-                .map_err(|e| ConfError::field("--threads", e.to_string()))?;
-            Ok(pool.install(f))
-        }
-    }
-}
+pub use crate::par::with_threads;
 
 /// The `--out-dir` fast path of `bnconf golden`: `Ok(true)` when done, `Ok(false)` when the
 /// caller must take the exact path (disabled, or the case is not one of binary floats).

@@ -9,12 +9,12 @@
 //! the expected and the actual values.
 #![allow(dead_code)]
 
+use bnconf_spec::exact::{fmt_rational, mul_pow2, BigInt, QSqrt, Rational};
+use bnconf_spec::num::Dual;
+use bnconf_spec::{Geometry, Layout, Op, Problem, SpecError};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
-use spec::exact::{fmt_rational, mul_pow2, BigInt, QSqrt, Rational};
-use spec::num::Dual;
-use spec::{Geometry, Layout, Op, Problem, SpecError};
 use std::collections::BTreeMap;
 use std::fmt;
 

@@ -9,12 +9,14 @@
 //! The random stream is SplitMix64 and only IEEE +, −, × (no libm), so a seed gives the same
 //! bytes on every machine and with every crate version.
 
-use crate::case::{Case, Dtype};
+pub mod vectors;
+
+use crate::formats::case::{Case, Dtype};
+use bnconf_spec::exact::round::{f64_to_rational, FloatFormat};
+use bnconf_spec::exact::QSqrt;
+use bnconf_spec::op::{Convention, Params};
+use bnconf_spec::{Geometry, Layout, Op, Problem, Rational};
 use serde_json::{json, Value};
-use spec::exact::round::{f64_to_rational, FloatFormat};
-use spec::exact::QSqrt;
-use spec::op::{Convention, Params};
-use spec::{Geometry, Layout, Op, Problem, Rational};
 use std::collections::BTreeMap;
 
 /// What a case exercises (DESIGN §3).
@@ -79,7 +81,8 @@ impl SuiteCase {
     pub fn problem(&self) -> Problem {
         let geom =
             Geometry::new(self.layout, &self.shape, usize::MAX).expect("generated shape is valid");
-        let eps = spec::exact::parse::parse_rational(&self.eps).expect("generated eps is valid");
+        let eps =
+            bnconf_spec::exact::parse::parse_rational(&self.eps).expect("generated eps is valid");
         let inputs = self
             .inputs
             .iter()
@@ -100,7 +103,7 @@ impl SuiteCase {
     pub fn params(&self) -> Params {
         Params {
             momentum: self.momentum.as_ref().map(|a| {
-                spec::exact::parse::parse_rational(a).expect("generated momentum is valid")
+                bnconf_spec::exact::parse::parse_rational(a).expect("generated momentum is valid")
             }),
             convention: self.convention,
         }
@@ -123,22 +126,22 @@ impl SuiteCase {
     }
 
     /// The case for a float kernel of crate `kernels`.
-    pub fn to_kernel_case(&self) -> kernels::Case {
-        kernels::Case {
-            op: kernels::Op::from_name(self.op.name()).expect("same op names"),
-            layout: kernels::Layout::from_name(self.layout.name()).expect("same layout names"),
+    pub fn to_kernel_case(&self) -> bnconf_impl::Case {
+        bnconf_impl::Case {
+            op: bnconf_impl::Op::from_name(self.op.name()).expect("same op names"),
+            layout: bnconf_impl::Layout::from_name(self.layout.name()).expect("same layout names"),
             shape: self.shape.clone(),
-            dtype: kernels::Dtype::from_name(self.dtype.name()).expect("same dtype names"),
+            dtype: bnconf_impl::Dtype::from_name(self.dtype.name()).expect("same dtype names"),
             eps: self.eps.parse::<f64>().expect("decimal eps"),
             inputs: self.inputs.clone(),
-            params: kernels::Params {
+            params: bnconf_impl::Params {
                 momentum: self
                     .momentum
                     .as_ref()
                     .map_or(0.0, |a| a.parse::<f64>().expect("decimal momentum")),
                 convention: self
                     .convention
-                    .map(|c| kernels::Convention::from_name(c.name()).expect("same names")),
+                    .map(|c| bnconf_impl::Convention::from_name(c.name()).expect("same names")),
             },
         }
     }
@@ -155,7 +158,7 @@ impl SuiteCase {
             "shape": self.shape,
             "dtype": self.dtype.name(),
             "eps": eps_num,
-            "eps_exact": spec::exact::fmt_rational(&spec::exact::parse::parse_rational(&self.eps).expect("valid")),
+            "eps_exact": bnconf_spec::exact::fmt_rational(&bnconf_spec::exact::parse::parse_rational(&self.eps).expect("valid")),
             "inputs": self.op.inputs(),
             "outputs": self.op.outputs(),
             "level": self.level.name(),
@@ -165,8 +168,8 @@ impl SuiteCase {
         if let (Some(a), Some(conv)) = (&self.momentum, self.convention) {
             let num: serde_json::Number =
                 serde_json::from_str(a).expect("momentum is a JSON number literal");
-            let exact = spec::exact::fmt_rational(
-                &spec::exact::parse::parse_rational(a).expect("valid momentum"),
+            let exact = bnconf_spec::exact::fmt_rational(
+                &bnconf_spec::exact::parse::parse_rational(a).expect("valid momentum"),
             );
             let o = v.as_object_mut().expect("object");
             o.insert("momentum".into(), json!(num));
@@ -230,7 +233,8 @@ pub fn to_dtype(x: f64, f: FloatFormat) -> f64 {
         FloatFormat::F64 => x,
         FloatFormat::F32 => x as f32 as f64,
         FloatFormat::F16 | FloatFormat::BF16 => {
-            let r = spec::exact::round::round_rational(&f64_to_rational(x).expect("finite"), f);
+            let r =
+                bnconf_spec::exact::round::round_rational(&f64_to_rational(x).expect("finite"), f);
             r.to_f64()
         }
     }
@@ -783,14 +787,14 @@ fn make_case(
         inputs.insert(name.to_string(), v);
     }
     // Handed-in statistics.
-    let eps = spec::exact::parse::parse_rational(class.eps).expect("valid eps");
+    let eps = bnconf_spec::exact::parse::parse_rational(class.eps).expect("valid eps");
     let stats_op = if overflow { Op::Forward } else { op };
     match stats_op {
         Op::Eval => {
             let (mut mean, mut var) = (Vec::new(), Vec::new());
             for ch in 0..c {
                 let row: Vec<QSqrt> = xs[ch][..m].iter().map(|&x| q(x)).collect();
-                let (mu, v) = spec::channel::batch_stats(&row);
+                let (mu, v) = bnconf_spec::channel::batch_stats(&row);
                 let (mu, v) = (round_q(&mu, dtype), round_q(&v, dtype));
                 if class.far_stats {
                     let sd = centers[ch].1.max(1e-3);
@@ -829,10 +833,10 @@ fn make_case(
                     mdyx.push(f64::NAN);
                 } else if op == Op::SyncBackward {
                     let (muq, m2q, epsq) = (q(mu), q(e2), QSqrt::rational(eps.clone()));
-                    let var = spec::channel::sync_var(&muq, &m2q);
+                    let var = bnconf_spec::channel::sync_var(&muq, &m2q);
                     let qq = &var + &epsq;
                     let (a, k) = if qq.signum() > 0 {
-                        let r = spec::channel::inv_std(&var, &epsq);
+                        let r = bnconf_spec::channel::inv_std(&var, &epsq);
                         let mut sdy = QSqrt::int(0);
                         let mut sdyx = QSqrt::int(0);
                         for (xv, &dv) in all.iter().zip(&dys[ch]) {
@@ -911,7 +915,7 @@ fn q(x: f64) -> QSqrt {
 }
 
 fn round_q(v: &QSqrt, f: FloatFormat) -> f64 {
-    spec::exact::round::round(v, f).to_f64()
+    bnconf_spec::exact::round::round(v, f).to_f64()
 }
 
 /// Whether a case is ill-posed in its dtype (DESIGN §3), decided exactly: with
@@ -931,7 +935,7 @@ pub fn ill_posed(case: &SuiteCase) -> Option<String> {
         let (qv, cond) = match case.op {
             Op::Forward | Op::Backward => {
                 let x = &inp.values["x"];
-                let (mu, var) = spec::channel::batch_stats(x);
+                let (mu, var) = bnconf_spec::channel::batch_stats(x);
                 let m = QSqrt::int(x.len() as i64);
                 let mut s = QSqrt::int(0);
                 for v in x {
@@ -942,7 +946,7 @@ pub fn ill_posed(case: &SuiteCase) -> Option<String> {
             Op::Eval => (&one("var") + &eps, one("var").abs()),
             Op::SyncForward | Op::SyncBackward => {
                 let (mu, m2) = (one("mean"), one("m2"));
-                let var = spec::channel::sync_var(&mu, &m2);
+                let var = bnconf_spec::channel::sync_var(&mu, &m2);
                 (&var + &eps, &m2.abs() + &(&QSqrt::int(2) * &(&mu * &mu)))
             }
             // No square root: nothing is ill-posed.

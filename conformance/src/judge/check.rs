@@ -1,13 +1,13 @@
 //! The checker: computed outputs against exact goldens, element by element, with the budget
 //! of DESIGN §3 (`budget`). Expected values always come from the exact reference.
 
-use crate::budget::{self, ElementBudget};
+use crate::judge::budget::{self, ElementBudget};
+use crate::par::*;
 use crate::suite::{Level, SuiteCase};
-use rayon::prelude::*;
+use bnconf_spec::exact::round::{round, FloatFormat};
+use bnconf_spec::op::Outputs;
+use bnconf_spec::QSqrt;
 use serde_json::{json, Value};
-use spec::exact::round::{round, FloatFormat};
-use spec::op::Outputs;
-use spec::QSqrt;
 use std::collections::BTreeMap;
 
 /// A suite case with its exact outputs and budgets, ready to judge any number of kernels.
@@ -42,7 +42,8 @@ impl Approx {
         {
             return Approx(None);
         }
-        let res = v - &QSqrt::rational(spec::exact::round::f64_to_rational(hi).expect("finite"));
+        let res =
+            v - &QSqrt::rational(bnconf_spec::exact::round::f64_to_rational(hi).expect("finite"));
         let lo = round(&res, FloatFormat::F64).to_f64();
         Approx(Some((hi, lo)))
     }
@@ -80,7 +81,7 @@ impl Approx {
 }
 
 /// Evaluate goldens and budgets for every case (in parallel; order kept).
-pub fn prepare(cases: &[SuiteCase]) -> Result<Vec<Prepared>, spec::SpecError> {
+pub fn prepare(cases: &[SuiteCase]) -> Result<Vec<Prepared>, bnconf_spec::SpecError> {
     cases
         .par_iter()
         .map(|c| {
@@ -281,9 +282,9 @@ impl CaseResult {
             s += &format!(" — {w}");
         }
         let u = case.dtype.unit_roundoff();
-        let g = spec::Geometry::new(case.layout, &case.shape, usize::MAX).expect("valid");
+        let g = bnconf_spec::Geometry::new(case.layout, &case.shape, usize::MAX).expect("valid");
         for o in self.outputs.iter().filter(|o| o.n_over > 0) {
-            use spec::op::Extent;
+            use bnconf_spec::op::Extent;
             let chan = channel_of(&g, &o.name, o.index);
             // Up to 8 values, then the count.
             let list = |vals: Vec<f64>| {
@@ -299,7 +300,7 @@ impl CaseResult {
                 .iter()
                 .filter_map(|&n| {
                     let v = &case.inputs[n];
-                    match (spec::Op::extent(n), spec::Op::extent(&o.name)) {
+                    match (bnconf_spec::Op::extent(n), bnconf_spec::Op::extent(&o.name)) {
                         (Extent::Cells, Extent::Cells) => {
                             v.get(o.index).map(|x| format!("{n}={x:e}"))
                         }
@@ -356,8 +357,8 @@ impl CaseResult {
     }
 }
 
-fn channel_of(g: &spec::Geometry, output: &str, index: usize) -> usize {
-    if spec::Op::extent(output) == spec::op::Extent::Channel {
+fn channel_of(g: &bnconf_spec::Geometry, output: &str, index: usize) -> usize {
+    if bnconf_spec::Op::extent(output) == bnconf_spec::op::Extent::Channel {
         return index;
     }
     (0..g.c)
@@ -367,8 +368,8 @@ fn channel_of(g: &spec::Geometry, output: &str, index: usize) -> usize {
 
 /// A float as a hex string (Python `float.hex` style), or `nan`/`inf`.
 pub fn hexf(x: f64) -> String {
-    match spec::exact::round::f64_to_rational(x) {
-        Some(r) => spec::exact::round::round_rational(&r, FloatFormat::F64).to_hex(),
+    match bnconf_spec::exact::round::f64_to_rational(x) {
+        Some(r) => bnconf_spec::exact::round::round_rational(&r, FloatFormat::F64).to_hex(),
         None => format!("{x}"),
     }
 }
@@ -416,12 +417,12 @@ pub fn summarize<'a>(rs: impl IntoIterator<Item = &'a CaseResult>) -> Summary {
 }
 
 /// Run a kernel of crate `kernels` on prepared cases, in process.
-pub fn run_kernel(kernel: &dyn kernels::Kernel, prepared: &[Prepared]) -> Vec<CaseResult> {
+pub fn run_kernel(kernel: &dyn bnconf_impl::Kernel, prepared: &[Prepared]) -> Vec<CaseResult> {
     prepared
         .par_iter()
         .map(|p| match kernel.run(&p.case.to_kernel_case()) {
             Ok(out) => p.judge(&out),
-            Err(kernels::Unsupported(why)) => p.unsupported(&why),
+            Err(bnconf_impl::Unsupported(why)) => p.unsupported(&why),
         })
         .collect()
 }

@@ -1,23 +1,23 @@
 //! The kernel directory protocol (FORMAT.md): export a suite, run a kernel over a directory,
 //! read a kernel's outputs back.
 
-use crate::atomic::write_bytes;
-use crate::check::{CaseResult, Prepared};
 use crate::error::{ConfError, Result};
-use crate::npy::{read_npy, write_npy, NpyData};
+use crate::formats::atomic::write_bytes;
+use crate::formats::npy::{read_npy, write_npy, NpyData};
+use crate::judge::check::{CaseResult, Prepared};
 use crate::suite::{self, Filter, Suite, SuiteCase};
+use bnconf_spec::exact::round::FloatFormat;
+use bnconf_spec::{Layout, Op};
 use serde_json::Value;
-use spec::exact::round::FloatFormat;
-use spec::{Layout, Op};
 use std::collections::BTreeMap;
 use std::path::Path;
 
 fn shape_of(c: &SuiteCase, name: &str) -> Vec<usize> {
-    let g = || spec::Geometry::new(c.layout, &c.shape, usize::MAX).expect("valid");
+    let g = || bnconf_spec::Geometry::new(c.layout, &c.shape, usize::MAX).expect("valid");
     match Op::extent(name) {
-        spec::op::Extent::Cells => c.shape.clone(),
-        spec::op::Extent::Channel => vec![g().c],
-        spec::op::Extent::Shards => vec![g().m],
+        bnconf_spec::op::Extent::Cells => c.shape.clone(),
+        bnconf_spec::op::Extent::Channel => vec![g().c],
+        bnconf_spec::op::Extent::Shards => vec![g().m],
     }
 }
 
@@ -206,7 +206,7 @@ pub fn read_outputs(dir: &Path, p: &Prepared) -> CaseResult {
 /// `bnconf kernel NAME DIR`: run a built-in kernel over every case of a suite directory,
 /// reading `case.json` and the input npy files, writing `out/<output>.npy` (or
 /// `out/unsupported`). Returns the number of cases run.
-pub fn run_kernel_dir(kernel: &dyn kernels::Kernel, dir: &Path) -> Result<usize> {
+pub fn run_kernel_dir(kernel: &dyn bnconf_impl::Kernel, dir: &Path) -> Result<usize> {
     let mut ids: Vec<String> = Vec::new();
     let rd = std::fs::read_dir(dir).map_err(|e| ConfError::io(dir, e))?;
     for e in rd.flatten() {
@@ -228,11 +228,11 @@ pub fn run_kernel_dir(kernel: &dyn kernels::Kernel, dir: &Path) -> Result<usize>
                 .and_then(Value::as_str)
                 .ok_or_else(|| ConfError::field(format!("{}: {k}", cpath.display()), "missing"))
         };
-        let op = kernels::Op::from_name(get("op")?)
+        let op = bnconf_impl::Op::from_name(get("op")?)
             .ok_or_else(|| ConfError::field(format!("{}: op", cpath.display()), "unknown"))?;
-        let layout = kernels::Layout::from_name(get("layout")?)
+        let layout = bnconf_impl::Layout::from_name(get("layout")?)
             .ok_or_else(|| ConfError::field(format!("{}: layout", cpath.display()), "unknown"))?;
-        let dtype = kernels::Dtype::from_name(get("dtype")?)
+        let dtype = bnconf_impl::Dtype::from_name(get("dtype")?)
             .ok_or_else(|| ConfError::field(format!("{}: dtype", cpath.display()), "unknown"))?;
         let shape: Vec<usize> = v
             .get("shape")
@@ -255,15 +255,15 @@ pub fn run_kernel_dir(kernel: &dyn kernels::Kernel, dir: &Path) -> Result<usize>
                 (0..data.len()).map(|i| data.get(i)).collect::<Vec<f64>>(),
             );
         }
-        let mut params = kernels::Params::default();
-        if op == kernels::Op::RunningUpdate {
+        let mut params = bnconf_impl::Params::default();
+        if op == bnconf_impl::Op::RunningUpdate {
             params.momentum = v.get("momentum").and_then(Value::as_f64).ok_or_else(|| {
                 ConfError::field(format!("{}: momentum", cpath.display()), "missing")
             })?;
             params.convention = Some(
                 v.get("convention")
                     .and_then(Value::as_str)
-                    .and_then(kernels::Convention::from_name)
+                    .and_then(bnconf_impl::Convention::from_name)
                     .ok_or_else(|| {
                         ConfError::field(
                             format!("{}: convention", cpath.display()),
@@ -272,7 +272,7 @@ pub fn run_kernel_dir(kernel: &dyn kernels::Kernel, dir: &Path) -> Result<usize>
                     })?,
             );
         }
-        let case = kernels::Case {
+        let case = bnconf_impl::Case {
             op,
             layout,
             shape: shape.clone(),
@@ -285,24 +285,24 @@ pub fn run_kernel_dir(kernel: &dyn kernels::Kernel, dir: &Path) -> Result<usize>
         std::fs::create_dir_all(&out).map_err(|e| ConfError::io(&out, e))?;
         match kernel.run(&case) {
             Ok(res) => {
-                let (c, m, _) = kernels::channel_cells(layout, &shape)
+                let (c, m, _) = bnconf_impl::channel_cells(layout, &shape)
                     .map_err(|e| ConfError::field("shape", e))?;
                 for (name, vals) in res {
-                    let sh = if kernels::is_cell_array(&name) {
+                    let sh = if bnconf_impl::is_cell_array(&name) {
                         shape.clone()
-                    } else if kernels::is_shard_array(&name) {
+                    } else if bnconf_impl::is_shard_array(&name) {
                         vec![m]
                     } else {
                         vec![c]
                     };
                     let data = match dtype {
-                        kernels::Dtype::F64 => NpyData::F64(vals),
+                        bnconf_impl::Dtype::F64 => NpyData::F64(vals),
                         _ => NpyData::F32(vals.iter().map(|&x| x as f32).collect()),
                     };
                     write_npy(&out.join(format!("{name}.npy")), &sh, &data)?;
                 }
             }
-            Err(kernels::Unsupported(why)) => {
+            Err(bnconf_impl::Unsupported(why)) => {
                 write_bytes(&out.join("unsupported"), why.as_bytes())?
             }
         }

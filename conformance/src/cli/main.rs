@@ -1,13 +1,13 @@
 //! `bnconf` — the command-line interface. Exit codes (FORMAT.md): 0 conforming / success,
 //! 1 a case does not conform, 2 the harness could not run (bad arguments or input).
 
+use bnconf::error::ConfError;
+use bnconf::formats::case::{read_case_file, InputLimits};
+use bnconf::formats::golden;
+use bnconf::judge::check::{self, summarize};
+use bnconf::{protocol, report, suite};
+use bnconf_spec::exact::round::FloatFormat;
 use clap::{Args, Parser, Subcommand};
-use conformance::case::{read_case_file, InputLimits};
-use conformance::check::{self, summarize};
-use conformance::error::ConfError;
-use conformance::golden;
-use conformance::{protocol, report, suite};
-use spec::exact::round::FloatFormat;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -65,10 +65,10 @@ enum Cmd {
         #[command(flatten)]
         limits: LimitArgs,
         #[command(flatten)]
-        fast: conformance::fast::FastArgs,
+        fast: bnconf::fast::FastArgs,
     },
     /// Time the fast exact reference against an f64 kernel and the naive exact path.
-    Bench(conformance::fast::bench::BenchArgs),
+    Bench(bnconf::fast::bench::BenchArgs),
     /// Write a suite into DIR for an outside kernel (the kernel directory protocol).
     Export {
         #[command(flatten)]
@@ -169,13 +169,13 @@ impl SuiteArgs {
         let mut filter = suite::Filter::default();
         for o in &self.ops {
             filter.ops.push(
-                spec::Op::from_name(o)
+                bnconf_spec::Op::from_name(o)
                     .ok_or_else(|| ConfError::field("--ops", format!("unknown op {o:?}")))?,
             );
         }
         for l in &self.layouts {
             filter.layouts.push(
-                spec::Layout::from_name(l).ok_or_else(|| {
+                bnconf_spec::Layout::from_name(l).ok_or_else(|| {
                     ConfError::field("--layouts", format!("unknown layout {l:?}"))
                 })?,
             );
@@ -227,8 +227,8 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
             }
             if let Some(dir) = &out_dir {
                 // All or nothing: a failure leaves no file in DIR (staged, then moved).
-                conformance::atomic::write_dir_atomic(dir, |stage| {
-                    if conformance::fast::golden_cli(&case, &limits.limits(), stage, &fast)? {
+                bnconf::formats::atomic::write_dir_atomic(dir, |stage| {
+                    if bnconf::fast::golden_cli(&case, &limits.limits(), stage, &fast)? {
                         return Ok(());
                     }
                     let g = golden::compute(read_case_file(&case, &limits.limits())?)?;
@@ -242,7 +242,7 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
                 .expect("serializable")
                 + "\n";
             match output {
-                Some(p) => conformance::atomic::write_bytes(&p, text.as_bytes())?,
+                Some(p) => bnconf::formats::atomic::write_bytes(&p, text.as_bytes())?,
                 None => {
                     use std::io::Write;
                     let mut out = std::io::stdout().lock();
@@ -253,7 +253,7 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Bench(a) => {
-            conformance::fast::bench::cli(&a)?;
+            bnconf::fast::bench::cli(&a)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Export { sel, out } => {
@@ -277,10 +277,10 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
         } => cmd_check(dir, exec, sel, out),
         Cmd::Kernel { list, name, dir } => {
             if list {
-                for k in kernels::all_kernels() {
+                for k in bnconf_impl::all_kernels() {
                     let v = match k.verdict() {
-                        kernels::Verdict::Good => "good",
-                        kernels::Verdict::KnownBad => "known-bad",
+                        bnconf_impl::Verdict::Good => "good",
+                        bnconf_impl::Verdict::KnownBad => "known-bad",
                     };
                     println!("{}\t{v}\t{}", k.name(), k.description());
                 }
@@ -292,7 +292,7 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
                     "usage: bnconf kernel --list | bnconf kernel NAME DIR",
                 ));
             };
-            let k = kernels::kernel_by_name(&name).ok_or_else(|| {
+            let k = bnconf_impl::kernel_by_name(&name).ok_or_else(|| {
                 ConfError::field(
                     "NAME",
                     format!("unknown kernel {name:?} (see bnconf kernel --list)"),
@@ -309,7 +309,7 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
             verbose,
         } => cmd_run(&suite, seed, &only, verbose),
         Cmd::Onnx { dirs } => {
-            let (rows, table) = conformance::onnx::run_dirs(&dirs)?;
+            let (rows, table) = bnconf::peers::onnx::run_dirs(&dirs)?;
             print!("{table}");
             let all = rows
                 .iter()
@@ -321,7 +321,7 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
             })
         }
         Cmd::Vectors { out, seed } => {
-            let w = conformance::vectors::write(&out, seed)?;
+            let w = bnconf::suite::vectors::write(&out, seed)?;
             for r in &w.removed {
                 eprintln!("bnconf: removed stale {}", out.join(r).display());
             }
@@ -334,8 +334,8 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Verify { dir } => {
-            let rep = conformance::vectors::verify(&dir)?;
-            print!("{}", conformance::vectors::render(&rep, &dir));
+            let rep = bnconf::suite::vectors::verify(&dir)?;
+            print!("{}", bnconf::suite::vectors::render(&rep, &dir));
             Ok(if rep.ok() {
                 ExitCode::SUCCESS
             } else {
@@ -426,10 +426,10 @@ fn cmd_run(
         .ok_or_else(|| ConfError::field("--suite", format!("unknown suite {suite_name:?}")))?;
     let levels = suite::suite_levels(suite_name).expect("known suite");
     let prepared = check::prepare(&s.cases)?;
-    let mut ks = kernels::all_kernels();
+    let mut ks = bnconf_impl::all_kernels();
     if !only.is_empty() {
         for n in only {
-            if kernels::kernel_by_name(n).is_none() {
+            if bnconf_impl::kernel_by_name(n).is_none() {
                 return Err(ConfError::field(
                     "--kernels",
                     format!("unknown kernel {n:?}"),
@@ -451,7 +451,7 @@ fn cmd_run(
     let mut details = String::new();
     for k in &ks {
         let results = check::run_kernel(k.as_ref(), &prepared);
-        let good = k.verdict() == kernels::Verdict::Good;
+        let good = k.verdict() == bnconf_impl::Verdict::Good;
         let mut line = format!(
             "{:<26} {:<10}",
             k.name(),

@@ -2,14 +2,14 @@
 //! correctly rounded hex floats — exact facts about the real-number result, never the output
 //! of a float computation.
 
-use crate::case::{Case, Dtype};
 use crate::error::Result;
-use crate::npy::{write_npy, NpyData};
-use rayon::prelude::*;
+use crate::formats::case::{Case, Dtype};
+use crate::formats::npy::{write_npy, NpyData};
+use crate::par::*;
+use bnconf_spec::exact::round::{round, FloatFormat};
+use bnconf_spec::op::{Extent, Outputs};
+use bnconf_spec::{Op, QSqrt};
 use serde_json::{json, Map, Value};
-use spec::exact::round::{round, FloatFormat};
-use spec::op::{Extent, Outputs};
-use spec::{Op, QSqrt};
 use std::path::Path;
 
 /// A case and its exact outputs.
@@ -64,14 +64,20 @@ pub fn case_json(case: &Case) -> Value {
     o.insert("shape".into(), json!(p.geom.shape));
     o.insert("dtype".into(), json!(case.dtype.name()));
     o.insert("eps".into(), json!(case.eps_text));
-    o.insert("eps_exact".into(), json!(spec::exact::fmt_rational(&p.eps)));
+    o.insert(
+        "eps_exact".into(),
+        json!(bnconf_spec::exact::fmt_rational(&p.eps)),
+    );
     if let (Some(a), Some(conv)) = (&p.params.momentum, p.params.convention) {
         let text = case
             .momentum_text
             .clone()
-            .unwrap_or_else(|| spec::exact::fmt_rational(a));
+            .unwrap_or_else(|| bnconf_spec::exact::fmt_rational(a));
         o.insert("momentum".into(), json!(text));
-        o.insert("momentum_exact".into(), json!(spec::exact::fmt_rational(a)));
+        o.insert(
+            "momentum_exact".into(),
+            json!(bnconf_spec::exact::fmt_rational(a)),
+        );
         o.insert("convention".into(), json!(conv.name()));
     }
     for (k, v) in &case.extra {
@@ -139,5 +145,5 @@ pub fn write_out_dir(g: &Golden, dir: &Path) -> Result<()> {
     case["inputs"] = json!(g.case.problem.op.inputs());
     let doc = json!({"format": "bnconf-golden/1", "case": case, "outputs": Value::Object(outs), "provenance": provenance()});
     let text = serde_json::to_string_pretty(&doc).expect("serializable");
-    crate::atomic::write_bytes(&dir.join("golden.json"), format!("{text}\n").as_bytes())
+    crate::formats::atomic::write_bytes(&dir.join("golden.json"), format!("{text}\n").as_bytes())
 }

@@ -6,14 +6,14 @@
 //! checks a directory: manifest checksums, missing or unlisted files, and — independently of
 //! the checksums — every golden value recomputed from the echoed case with the exact reference.
 
-use crate::case::{parse_case, InputLimits};
 use crate::error::{ConfError, Result};
-use crate::golden;
+use crate::formats::case::{parse_case, InputLimits};
+use crate::formats::golden;
+use crate::par::*;
 use crate::suite;
-use rayon::prelude::*;
+use bnconf_spec::exact::round::{round, FloatFormat};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use spec::exact::round::{round, FloatFormat};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -160,10 +160,10 @@ pub fn write(out: &Path, seed: u64) -> Result<WriteSummary> {
         if f.path == MANIFEST {
             return Ok(());
         }
-        crate::atomic::write_bytes(&out.join(&f.path), &f.bytes)
+        crate::formats::atomic::write_bytes(&out.join(&f.path), &f.bytes)
     })?;
     let m = files.last().expect("manifest");
-    crate::atomic::write_bytes(&out.join(&m.path), &m.bytes)?;
+    crate::formats::atomic::write_bytes(&out.join(&m.path), &m.bytes)?;
     Ok(WriteSummary {
         files: files.len(),
         bytes: files.iter().map(|f| f.bytes.len()).sum(),
@@ -381,7 +381,7 @@ pub fn check_golden(bytes: &[u8], path: &Path) -> Vec<String> {
             ));
         }
     }
-    let eps_exact = spec::exact::fmt_rational(&case.problem.eps);
+    let eps_exact = bnconf_spec::exact::fmt_rational(&case.problem.eps);
     if let Some(e) = case_v.get("eps_exact") {
         if e.as_str() != Some(eps_exact.as_str()) {
             out.push(format!("case.eps_exact: expected {eps_exact:?}, found {e}"));

@@ -84,14 +84,14 @@
 //! `forward`/`backward` taken exactly whenever its f64 enclosure is not tight. Inputs outside
 //! f64's range give infinite budgets. `mag` is always evaluated this way (for both methods).
 
+use crate::par::*;
+use bnconf_spec::exact::round::{f64_to_rational, round, FloatFormat};
+use bnconf_spec::exact::{QSqrt, Rational};
+use bnconf_spec::num::Dual;
+use bnconf_spec::op::{channel_op, ChannelIn, Extent, Op, Problem};
+use bnconf_spec::vjp::jacobian;
+use bnconf_spec::SpecError;
 use num_traits::ToPrimitive;
-use rayon::prelude::*;
-use spec::exact::round::{f64_to_rational, round, FloatFormat};
-use spec::exact::{QSqrt, Rational};
-use spec::num::Dual;
-use spec::op::{channel_op, ChannelIn, Extent, Op, Problem};
-use spec::vjp::jacobian;
-use spec::SpecError;
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
@@ -453,7 +453,7 @@ fn c1_error(channel: usize, what: &'static str, q: &Rational) -> SpecError {
     SpecError::NonPositiveVariance {
         channel,
         what,
-        value: spec::exact::fmt_rational(q),
+        value: bnconf_spec::exact::fmt_rational(q),
     }
 }
 
@@ -499,7 +499,7 @@ fn bound_channel(
             match rsqrt_iv(var.add(eps_iv)) {
                 Some(r) => (mu, r),
                 None => {
-                    let (mu_e, var_e) = spec::channel::batch_stats(xs);
+                    let (mu_e, var_e) = bnconf_spec::channel::batch_stats(xs);
                     let q = exact_rational(&var_e) + eps;
                     if q <= zero {
                         return Err(c1_error(c, "var + eps", &q));
@@ -688,7 +688,7 @@ fn bound_running_update(inp: &ChannelIn<QSqrt>) -> Vec<Vec<ElementBudget>> {
     let (dx, var_mag) = centred_sums(&d, &ax);
     let one = |n: &str| iv_of(&inp.values[n][0]);
     let (rm, rv, a) = (one("running_mean"), one("running_var"), one("momentum"));
-    let pytorch = inp.convention == Some(spec::op::Convention::Pytorch);
+    let pytorch = inp.convention == Some(bnconf_spec::op::Convention::Pytorch);
     let one_minus = Iv { v: 1.0, e: 0.0 }.sub(a);
     let (w_old, w_batch) = if pytorch {
         (one_minus, a)

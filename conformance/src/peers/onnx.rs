@@ -32,11 +32,11 @@
 //!   the eps every ONNX kernel receives. [`judge`] can also be told to use another eps (the
 //!   decimal the test's author wrote) to show what that difference amounts to.
 
-use crate::budget::{budgets_auto, k_allowance, unit_roundoff, ElementBudget};
 use crate::error::{ConfError, Result};
-use spec::exact::round::{f64_to_rational, round, FloatFormat};
-use spec::exact::Rational;
-use spec::{Geometry, Layout, Op, Problem, QSqrt};
+use crate::judge::budget::{budgets_auto, k_allowance, unit_roundoff, ElementBudget};
+use bnconf_spec::exact::round::{f64_to_rational, round, FloatFormat};
+use bnconf_spec::exact::Rational;
+use bnconf_spec::{Geometry, Layout, Op, Problem, QSqrt};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -758,7 +758,7 @@ pub fn judge(test: &OnnxTest, eps: Rational) -> Result<TestVerdict> {
 /// exactly.
 pub fn decimal_eps(test: &OnnxTest) -> Rational {
     let s = format!("{:e}", test.epsilon);
-    spec::exact::parse::parse_rational(&s).expect("Rust prints a parseable decimal")
+    bnconf_spec::exact::parse::parse_rational(&s).expect("Rust prints a parseable decimal")
 }
 
 /// One row of the `bnconf onnx` table: the verdict with ONNX's eps, plus the worst ratio of
@@ -799,7 +799,11 @@ pub fn table(rows: &[Row]) -> String {
                     v.name.clone(),
                     v.op.name().to_string(),
                     format!("{:?}", v.x_dims),
-                    format!("{} = {}", r.eps_decimal, spec::exact::fmt_rational(&v.eps)),
+                    format!(
+                        "{} = {}",
+                        r.eps_decimal,
+                        bnconf_spec::exact::fmt_rational(&v.eps)
+                    ),
                     format!("{:.3}", r.y_ratio_decimal_eps),
                 )
             } else {

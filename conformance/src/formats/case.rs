@@ -1,13 +1,13 @@
 //! Case files (`bnconf-case/1`, FORMAT.md): parsing, validation, rounding of inputs to the
-//! case dtype, and conversion to an exact [`spec::Problem`].
+//! case dtype, and conversion to an exact [`bnconf_spec::Problem`].
 
 use crate::error::{ConfError, Result};
-use crate::npy::{read_npy, NpyData};
+use crate::formats::npy::{read_npy, NpyData};
+use bnconf_spec::exact::parse::{parse_exact_with, parse_rational_with, Limits};
+use bnconf_spec::exact::round::{f64_to_rational, round, FloatFormat};
+use bnconf_spec::op::{Convention, Extent, Params};
+use bnconf_spec::{Geometry, Layout, Op, Problem, QSqrt, Rational};
 use serde_json::Value;
-use spec::exact::parse::{parse_exact_with, parse_rational_with, Limits};
-use spec::exact::round::{f64_to_rational, round, FloatFormat};
-use spec::op::{Convention, Extent, Params};
-use spec::{Geometry, Layout, Op, Problem, QSqrt, Rational};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

@@ -1,9 +1,9 @@
 //! Reports: the human table, `--report FILE.json`, `--junit FILE.xml`. Deterministic: the
 //! same results give the same bytes (no timestamps, no thread-dependent order).
 
-use crate::atomic::write_bytes;
-use crate::check::{summarize, CaseResult, Verdict};
 use crate::error::Result;
+use crate::formats::atomic::write_bytes;
+use crate::judge::check::{summarize, CaseResult, Verdict};
 use crate::suite::SuiteCase;
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 use serde_json::json;
@@ -28,11 +28,11 @@ pub fn fmt_ratio(r: f64) -> String {
 pub fn human(results: &[CaseResult], cases: &[SuiteCase], max_details: usize) -> String {
     let mut groups: BTreeMap<(usize, usize, usize), Vec<&CaseResult>> = BTreeMap::new();
     for r in results {
-        let oi = spec::Op::ALL
+        let oi = bnconf_spec::Op::ALL
             .iter()
             .position(|o| o.name() == r.op)
             .unwrap_or(0);
-        let li = spec::Layout::ALL
+        let li = bnconf_spec::Layout::ALL
             .iter()
             .position(|l| l.name() == r.layout)
             .unwrap_or(0);
@@ -110,7 +110,7 @@ pub fn write_json(path: &Path, suite: &str, dtype: &str, results: &[CaseResult])
         "suite": suite,
         "dtype": dtype,
         "model": "ratio = |computed - exact| / (u * (cond + mag)); an element conforms when ratio <= k(m) = 4 + 2*log2(m)",
-        "summary": {"conforming": sm.passed, "not_conforming": sm.failed, "unsupported": sm.unsupported, "worst_ratio": crate::check::num(sm.worst)},
+        "summary": {"conforming": sm.passed, "not_conforming": sm.failed, "unsupported": sm.unsupported, "worst_ratio": crate::judge::check::num(sm.worst)},
         "cases": results.iter().map(CaseResult::to_json).collect::<Vec<_>>(),
     });
     let text = serde_json::to_string_pretty(&doc).expect("json") + "\n";

@@ -1,8 +1,8 @@
 //! npy files (little-endian float32 / float64, C order), through the `npyz` crate.
 //! Sizes are checked from the header before any data is allocated.
 
-use crate::atomic::write_atomic;
 use crate::error::{ConfError, Result};
+use crate::formats::atomic::write_atomic;
 use npyz::WriterBuilder;
 use std::io::Read;
 use std::path::Path;

@@ -1,0 +1,3 @@
+//! Peers' own test data judged by the exact reference (ONNX's BatchNormalization node tests).
+
+pub mod onnx;
