@@ -1,4 +1,4 @@
-//! Coverage of the seed items by the property tests (DESIGN Appendix, S1–S31), data-driven:
+//! Coverage of the seed items by the property tests (docs/SPEC.md, S1–S31), data-driven:
 //! a table maps each seed item to the `spec` function that implements it and to the
 //! properties that exercise it. The test fails when an item lacks a property, when a named
 //! property does not exist or does not call the item's function, or when the function's doc

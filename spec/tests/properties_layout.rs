@@ -1,4 +1,4 @@
-//! Layout bridges (DESIGN §2): index bijections whose round trips are identities (reassoc is
+//! Layout bridges (docs/DESIGN.md §2): index bijections whose round trips are identities (reassoc is
 //! the identity on flat offsets); the VJP of a gather is the scatter (`<Px, y> = <x, P^T y>`
 //! exactly, S17); every layout op is `bridge⁻¹ ∘ flat op ∘ bridge` and equals the seed item
 //! of its layout; inference BN fed the batch statistics is the training forward.

@@ -1,5 +1,5 @@
 //! Sync BN identities for R ∈ {1,2,3,4} equal shards of an [N,C,H,W] batch (the N axis split
-//! into R slices), exactly (DESIGN §2, seed S26, S29–S31):
+//! into R slices), exactly (docs/DESIGN.md §2, seed S26, S29–S31):
 //!
 //! - the all-reduced `mean` (mean of shard means) and `m2` (mean of shard E[x²]) are the
 //!   union's mean and E[x²]; sync forward on each shard == that shard's slice of the global

@@ -1,4 +1,4 @@
-//! The VJP spec from the definition (DESIGN §2): every closed-form backward equals `J^T dy`,
+//! The VJP spec from the definition (docs/DESIGN.md §2): every closed-form backward equals `J^T dy`,
 //! with `J` the exact Jacobian of the forward by dual numbers over Q(sqrt(q)); `dgamma` and
 //! `dbeta` equal `J_gamma^T dy` and `J_beta^T dy`; every cross-channel Jacobian block is
 //! exactly zero; the per-row lift (S1) is a block-diagonal map.
