@@ -280,3 +280,62 @@ fn a_kernel_need_not_be_sync() {
     assert!(r.ok(), "{r}");
     assert_eq!(*calls.borrow(), r.results().len());
 }
+
+#[test]
+fn one_version_everywhere() {
+    // The workspace version is what the CLI, golden provenance, suite manifests and the public
+    // contract (docs/FORMAT.md) say; the Python package takes it from Cargo (maturin).
+    let v = env!("CARGO_PKG_VERSION");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap();
+    let cargo = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    assert!(
+        cargo.contains(&format!("version = \"{v}\"")),
+        "workspace Cargo.toml"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bnconf"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("bnconf {v}")
+    );
+    let format = std::fs::read_to_string(root.join("docs/FORMAT.md")).unwrap();
+    assert!(
+        format.contains(&format!("**bnconf {v}**")),
+        "docs/FORMAT.md names {v}"
+    );
+    let minor: Vec<&str> = v.split('.').take(2).collect();
+    let minor = minor.join(".");
+    assert!(
+        format.contains(&format!("bnconf {minor}:")),
+        "docs/FORMAT.md has a section for bnconf {minor}"
+    );
+    // No section claims a version newer than this one.
+    for line in format.lines().filter(|l| l.starts_with("## ")) {
+        if let Some(rest) = line.split("bnconf 0.").nth(1) {
+            let n: u32 = rest
+                .chars()
+                .take_while(|c| c.is_ascii_digit())
+                .collect::<String>()
+                .parse()
+                .unwrap();
+            let ours: u32 = v.split('.').nth(1).unwrap().parse().unwrap();
+            assert!(n <= ours, "docs/FORMAT.md: {line:?} is newer than {v}");
+        }
+    }
+    let py = std::fs::read_to_string(root.join("python/pyproject.toml")).unwrap();
+    assert!(
+        py.contains("dynamic = [\"version\"]"),
+        "the Python package takes Cargo's version"
+    );
+    let golden = bnconf::formats::golden::provenance();
+    assert_eq!(golden["version"], v);
+    let vectors = std::fs::read_to_string(root.join("vectors/manifest.json")).unwrap();
+    assert!(
+        vectors.contains(&format!("\"version\": \"{v}\"")),
+        "vectors/manifest.json"
+    );
+}

@@ -511,6 +511,8 @@ def test_binary_is_found_and_runs():
     assert os.path.isfile(exe) and os.access(exe, os.X_OK)
     p = subprocess.run([exe, "--version"], capture_output=True, text=True)
     assert p.returncode == 0 and p.stdout.startswith("bnconf ")
+    # One version number: the package's is the binary's (both from the workspace Cargo.toml).
+    assert p.stdout.split()[1] == bnconf.__version__, (p.stdout, bnconf.__version__)
 
 
 def test_python_m_bnconf_passes_through():

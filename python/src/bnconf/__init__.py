@@ -30,6 +30,13 @@ from ._dtypes import normalize_dtype
 from ._find_bin import BnconfNotFoundError, find_bnconf_bin
 from ._report import CaseResult, OutputResult, Report, fmt_ratio
 
+try:
+    from importlib.metadata import PackageNotFoundError, version as _version
+
+    __version__ = _version("bnconf")
+except PackageNotFoundError:  # running from a source tree, not installed
+    __version__ = "unknown"
+
 __all__ = [
     "AXES",
     "BnconfNotFoundError",
