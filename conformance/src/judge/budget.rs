@@ -1,4 +1,4 @@
-//! Error budgets: when does a float result conform? (DESIGN §3)
+//! Error budgets: when does a float result conform? (docs/DESIGN.md §3)
 //!
 //! An output element `i` computed in a dtype with unit roundoff `u` conforms when
 //!
@@ -109,11 +109,12 @@ pub struct ElementBudget {
 }
 
 impl ElementBudget {
-    /// The magnitude to pass to [`ratio`] in a dtype with unit roundoff `u`: `mag + u*mag2`.
+    /// The magnitude to pass to [`ratio`] in a dtype with unit roundoff `u`:
+    /// `mag + u*mag2 + underflow(u)/u` (the underflow term, [`underflow`], in units of `u`).
     pub fn mag_at(&self, u: f64) -> f64 {
-        self.mag + u * self.mag2
+        self.mag + u * self.mag2 + underflow(u) / u
     }
-    /// `cond + mag + u*mag2`: the budget in units of `u`.
+    /// `cond + mag + u*mag2 + underflow(u)/u`: the budget in units of `u`.
     pub fn total(&self, u: f64) -> f64 {
         self.cond + self.mag_at(u)
     }
@@ -152,6 +153,33 @@ pub fn auto_method(problem: &Problem) -> Method {
     }
 }
 
+/// Subnormal steps of the output dtype allowed on top of `u·(cond + mag)`, before `k`.
+///
+/// Why 2: a correctly rounded result in the subnormal range errs by up to half a subnormal
+/// step (`tiny/2`), which `u·|exact|` does not cover there; a stable kernel's subnormal
+/// intermediates add at most a few more half-steps (a subtraction whose result is subnormal is
+/// exact; a product or quotient that underflows errs by `tiny/2` absolute, and the outputs
+/// carry O(1) of them after the averaging reductions). With the gate `ratio ≤ k(m) ≥ 4`, a
+/// correctly rounded subnormal result has ratio ≤ 1/4 from this term alone, and the total
+/// absolute allowance `2·k·tiny` is far below any value a dtype resolves in its normal range.
+pub const UNDERFLOW_STEPS: f64 = 2.0;
+
+/// The absolute underflow term of the budget in the dtype whose unit roundoff is `u`:
+/// `UNDERFLOW_STEPS · tiny`, `tiny` the dtype's smallest subnormal (f64 `2^-1074`, f32
+/// `2^-149`, f16 `2^-24`, bf16 `2^-133`). A `u` that is no dtype's gets the f64 term.
+pub fn underflow(u: f64) -> f64 {
+    let f = FloatFormat::ALL
+        .into_iter()
+        .find(|f| f.unit_roundoff() == u)
+        .unwrap_or(FloatFormat::F64);
+    UNDERFLOW_STEPS * min_subnormal(f)
+}
+
+/// Smallest positive subnormal of a format: `2^(emin - p + 1)`.
+pub fn min_subnormal(f: FloatFormat) -> f64 {
+    2f64.powi((f.emin() - f.precision() as i64 + 1) as i32)
+}
+
 /// Unit roundoff `u = 2^-p` of a dtype: f64 `2^-53`, f32 `2^-24`, f16 `2^-11`, bf16 `2^-8`.
 pub fn unit_roundoff(format: FloatFormat) -> f64 {
     format.unit_roundoff()
@@ -163,7 +191,7 @@ pub fn unit_roundoff(format: FloatFormat) -> f64 {
 /// Why this size: the error of a sum of m terms is at most `~log2(m) * u * Σ|terms|` for
 /// pairwise (tree) summation, the order numpy, Eigen-style blocked reductions and parallel
 /// reductions use, and a kernel goes through a few such reductions plus O(1) roundings per
-/// element; correct two-pass kernels measured below 1 unit on small cases (DESIGN §3), while
+/// element; correct two-pass kernels measured below 1 unit on small cases (docs/DESIGN.md §3), while
 /// the known defects (one-pass variance, eps twice, a 12-bit rsqrt, half-precision
 /// accumulation) exceed by orders of magnitude more than any `k` here (k(1) = 4,
 /// k(1024) = 24, k(2^20) = 44). A strictly sequential f32 sum over very large channels
@@ -181,8 +209,9 @@ pub fn k_allowance(m: usize) -> f64 {
 /// the exact value and `inf` otherwise. An infinite budget gives 0.
 ///
 /// For a dtype's correctly rounded exact value in its normal range the ratio is at most
-/// `(ulp/2) / (u*mag) <= 1`, since `ulp/2 <= u*|exact|` and `mag >= |exact|`. No allowance is made for underflow:
-/// results in the dtype's subnormal range belong to the *range* level.
+/// `(ulp/2) / (u*mag) <= 1`, since `ulp/2 <= u*|exact|` and `mag >= |exact|`. In the
+/// subnormal range the underflow term of [`ElementBudget::mag_at`] covers the half step
+/// (callers pass `mag` with it included).
 pub fn ratio(computed: f64, exact: &QSqrt, u: f64, cond: f64, mag: f64) -> f64 {
     let Some(c) = f64_to_rational(computed) else {
         return f64::INFINITY;
@@ -222,6 +251,15 @@ pub fn budgets(
                 for (bo, co) in b.iter_mut().zip(conds) {
                     for (e, cv) in bo.iter_mut().zip(co) {
                         e.cond = cv;
+                    }
+                }
+            }
+            // An f64 evaluation that meets 0·∞ (inputs beyond f64's normal range, e.g. f64
+            // subnormal data with eps = 0) is unbounded: infinite, as for overflow, never NaN.
+            for e in b.iter_mut().flatten() {
+                for v in [&mut e.cond, &mut e.mag, &mut e.mag2] {
+                    if v.is_nan() {
+                        *v = f64::INFINITY;
                     }
                 }
             }
