@@ -1,4 +1,4 @@
-"""Kernel directory protocol (shared/FORMAT.md): visit DIR/*/case.json, call a kernel,
+"""Kernel directory protocol (docs/FORMAT.md): visit DIR/*/case.json, call a kernel,
 write DIR/<case>/out/<output>.npy or DIR/<case>/out/unsupported.
 
 Only the plumbing lives here; each adapter supplies `run_case(case, inputs) -> dict`

@@ -1,8 +1,8 @@
-//! Property-based conformance of the float kernels of crate `kernels` (DESIGN §3).
+//! Property-based conformance of the float kernels of crate `kernels` (docs/DESIGN.md §3).
 //!
 //! Strategies build the shape first (op, layout, dtype f32/f64, C in 1..=4, m in 1..=24 cells
 //! per channel split into N, H, W as the layout allows) and then adversarial data for it
-//! (`prop_flat_map`): the data classes of DESIGN §3, and handed-in statistics near or far
+//! (`prop_flat_map`): the data classes of docs/DESIGN.md §3, and handed-in statistics near or far
 //! from the batch's (eval) or all-reduced over a larger batch of which the case is one shard
 //! (sync ops), computed exactly and then rounded. Cases ill-posed in their dtype are left out
 //! exactly (`suite::ill_posed`).

@@ -1,10 +1,10 @@
 //! # bnconf-spec — the exact reference
 //!
-//! The source of truth is the seed spec (`shared/seed/000_1e0d8a056dc8c8e7.txt`, docstrings of
+//! The source of truth is the seed spec (docs/SPEC.md: docstrings of
 //! a Lean 4 development that proves these ops and their VJPs over the reals) and FORMAT.md.
 //! This crate computes every op exactly: inputs are rationals (binary floats are dyadic
 //! rationals), and every output is `a + b*sqrt(q)` in the quadratic field of its channel,
-//! `q = var + eps` (DESIGN §1).
+//! `q = var + eps` (docs/DESIGN.md §1).
 //!
 //! Invariants:
 //! - no floating-point arithmetic in the math, no I/O; depends on no other crate of ours;

@@ -1,5 +1,5 @@
 //! Exact sums of binary floats and of their pairwise products: a fixed-point
-//! "superaccumulator" (DESIGN §5).
+//! "superaccumulator" (docs/DESIGN.md §5).
 //!
 //! A finite f64 is `M * 2^E` with an integer `M < 2^53` and `-1074 <= E <= 971`; a product of
 //! two is `M * 2^E` with `M < 2^106` and `-2148 <= E <= 1942`. The accumulator holds

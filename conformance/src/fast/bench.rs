@@ -1,5 +1,5 @@
 //! `bnconf bench`: the fast exact reference side by side with a float kernel and with the
-//! naive exact path, in one run (DESIGN §5).
+//! naive exact path, in one run (docs/DESIGN.md §5).
 //!
 //! On deterministic pseudo-random f32 data of an `[N, C, H, W]` shape it times, for forward
 //! and backward:

@@ -1,4 +1,4 @@
-//! The fast exact reference: correctly rounded golden vectors at float speed (DESIGN §5).
+//! The fast exact reference: correctly rounded golden vectors at float speed (docs/DESIGN.md §5).
 //!
 //! Same results as the per-element exact path ([`bnconf_spec::Problem::evaluate`] followed by
 //! [`bnconf_spec::exact::round::round`]), bit for bit, for inputs that are binary floats (npy data, or

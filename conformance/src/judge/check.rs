@@ -1,5 +1,5 @@
 //! The checker: computed outputs against exact goldens, element by element, with the budget
-//! of DESIGN §3 (`budget`). Expected values always come from the exact reference.
+//! of docs/DESIGN.md §3 (`budget`). Expected values always come from the exact reference.
 
 use crate::judge::budget::{self, ElementBudget};
 use crate::par::*;

@@ -1,4 +1,4 @@
-//! Suites: adversarial cases generated deterministically from a seed (DESIGN §3).
+//! Suites: adversarial cases generated deterministically from a seed (docs/DESIGN.md §3).
 //!
 //! A suite is a list of [`SuiteCase`]s, each tagged with its level (*core*, *conditioning*,
 //! *range*) and the data class it targets. `default` = core + conditioning; `extreme` =
@@ -19,7 +19,7 @@ use bnconf_spec::{Geometry, Layout, Op, Problem, Rational};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
-/// What a case exercises (DESIGN §3).
+/// What a case exercises (docs/DESIGN.md §3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Level {
     /// Well-scaled data.
@@ -918,7 +918,7 @@ fn round_q(v: &QSqrt, f: FloatFormat) -> f64 {
     bnconf_spec::exact::round::round(v, f).to_f64()
 }
 
-/// Whether a case is ill-posed in its dtype (DESIGN §3), decided exactly: with
+/// Whether a case is ill-posed in its dtype (docs/DESIGN.md §3), decided exactly: with
 /// `cond_q = Σ_j |∂q/∂in_j|·|in_j|` the sensitivity of `q = var + eps` (per channel) to
 /// relative perturbations of the inputs, the case is ill-posed when `u·cond_q ≥ q/2`, or
 /// when `q ≤ 0` (undefined). Returns the reason.

@@ -1,7 +1,7 @@
 //! Exact scalars: rationals and the quadratic field Q(sqrt(d)).
 //!
 //! Every value the reference produces is `a + b*sqrt(d)` with rational `a`, `b` and a
-//! rational radicand `d > 0` shared by one channel (DESIGN §1). [`QSqrt`] is that number;
+//! rational radicand `d > 0` shared by one channel (docs/DESIGN.md §1). [`QSqrt`] is that number;
 //! [`parse`] reads the literals of FORMAT.md; [`round`] rounds correctly to binary formats.
 
 pub mod parse;
