@@ -1,21 +1,21 @@
-//! ONNX's own BatchNormalization test data (shared/peers/onnx), decoded and judged by the
-//! exact reference. Every assertion is on a computed fact; nothing is a hard-coded ratio.
+//! ONNX's own BatchNormalization test data (conformance/data/onnx, committed in the
+//! repository), decoded and judged by the exact reference. Every assertion is on a computed
+//! fact; nothing is a hard-coded ratio.
 
 use bnconf::peers::onnx::{
-    decimal_eps, eps_of, find_tests, judge, load_test, nchw_shape, parse_tensor, OnnxTest,
+    builtin_tests, decimal_eps, eps_of, find_tests, judge, load_test, nchw_shape, parse_model,
+    parse_tensor, run_builtin, run_dirs, OnnxTest, BUILTIN, BUILTIN_ROOT,
 };
 use bnconf_spec::exact::round::f64_to_rational;
 use bnconf_spec::Op;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-/// `shared/` sits beside the repository (here `/work/shared`, in CI `../shared` next to the
-/// clone).
+/// The copy of ONNX's test data committed in the repository (conformance/data/onnx).
 fn onnx_root() -> PathBuf {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/peers/onnx");
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data/onnx");
     assert!(
         p.is_dir(),
-        "ONNX peer test data missing: expected {} (shared/peers/onnx beside the repository \
-         root). These tests need it; they do not pass without it.",
+        "ONNX test data missing: expected {} (committed in the repository)",
         p.display()
     );
     p
@@ -206,4 +206,136 @@ fn truncated_or_foreign_protobuf_is_an_error_not_a_panic() {
         0x08, 0x02, 0x10, 0x01, 0x25, 0, 0, 0x80, 0x3f, 0x25, 0, 0, 0, 0x40,
     ];
     assert_eq!(parse_tensor(&unpacked).unwrap().values, [1.0, 2.0]);
+}
+
+/// Every file under `dir`, relative to it with `/` separators, sorted.
+fn files_under(dir: &Path, rel: &str, out: &mut Vec<String>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        let r = if rel.is_empty() {
+            name
+        } else {
+            format!("{rel}/{name}")
+        };
+        if e.file_type().unwrap().is_dir() {
+            files_under(&e.path(), &r, out);
+        } else {
+            out.push(r);
+        }
+    }
+}
+
+/// The data compiled into the binary (`bnconf onnx` without arguments) is exactly the
+/// committed files: the same list (all but our README, NOTICE and .gitattributes) and the
+/// same bytes.
+#[test]
+fn builtin_data_is_the_committed_files() {
+    let root = onnx_root();
+    let mut on_disk = Vec::new();
+    files_under(&root, "", &mut on_disk);
+    on_disk.retain(|f| !["README.md", "NOTICE", ".gitattributes"].contains(&f.as_str()));
+    on_disk.sort();
+    let mut built_in: Vec<String> = BUILTIN.iter().map(|(p, _)| p.to_string()).collect();
+    built_in.sort();
+    assert_eq!(built_in, on_disk);
+    for (p, bytes) in BUILTIN {
+        assert!(
+            std::fs::read(root.join(p)).unwrap() == *bytes,
+            "{p}: the built-in copy differs from the file"
+        );
+    }
+    assert_eq!(builtin_tests().len(), 9);
+}
+
+/// `bnconf onnx` (built-in data) and `bnconf onnx conformance/data/onnx` give the same table.
+#[test]
+fn builtin_run_equals_the_run_from_disk() {
+    let (rows_b, table_b) = run_builtin().unwrap();
+    let (rows_d, table_d) = run_dirs(&[onnx_root()]).unwrap();
+    assert_eq!(rows_b.len(), 9);
+    assert_eq!(rows_b, rows_d);
+    assert_eq!(table_b, table_d);
+    // 2 header lines, then one line per output: 9 tests, 13 outputs.
+    assert_eq!(table_b.lines().count(), 2 + 13);
+}
+
+/// A small deterministic generator (xorshift64*), for garbage bytes.
+fn garbage(seed: u64, len: usize) -> Vec<u8> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            s ^= s >> 12;
+            s ^= s << 25;
+            s ^= s >> 27;
+            (s.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 56) as u8
+        })
+        .collect()
+}
+
+/// Random bytes are refused as a tensor and as a model, with an error, never a panic.
+#[test]
+fn random_bytes_are_an_error_not_a_panic() {
+    for seed in 0..500 {
+        for len in [1, 3, 16, 100, 1000] {
+            let b = garbage(seed, len);
+            assert!(parse_tensor(&b).is_err(), "seed {seed}, {len} bytes");
+            // A random model may decode (unknown fields are skipped); it must never panic.
+            let _ = parse_model(&b);
+        }
+    }
+}
+
+/// A copy of one test directory in a fresh temporary directory.
+fn scratch_copy(test: &str, tag: &str) -> PathBuf {
+    let src = onnx_root().join("node").join(test);
+    let dst = std::env::temp_dir().join(format!("bnconf-onnx-{}-{tag}/{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dst);
+    std::fs::create_dir_all(dst.join("test_data_set_0")).unwrap();
+    for f in ["model.onnx"]
+        .into_iter()
+        .map(String::from)
+        .chain((0..5).map(|k| format!("test_data_set_0/input_{k}.pb")))
+        .chain(["test_data_set_0/output_0.pb".to_string()])
+    {
+        std::fs::copy(src.join(&f), dst.join(&f)).unwrap();
+    }
+    dst
+}
+
+/// How a test spoils a file's bytes.
+type Spoil = fn(Vec<u8>) -> Vec<u8>;
+
+/// A truncated or garbage model.onnx or .pb in a test directory: `load_test` and `run_dirs`
+/// fail with an error that names the file.
+#[test]
+fn truncated_or_garbage_files_are_errors_naming_the_file() {
+    let cases: [(&str, Spoil); 4] = [
+        ("model.onnx", |b| b[..b.len() - 3].to_vec()),
+        ("model.onnx", |b| garbage(7, b.len())),
+        ("test_data_set_0/input_2.pb", |b| b[..b.len() / 2].to_vec()),
+        ("test_data_set_0/output_0.pb", |b| garbage(11, b.len())),
+    ];
+    for (i, (file, spoil)) in cases.into_iter().enumerate() {
+        let dir = scratch_copy("test_batchnorm_example", &i.to_string());
+        assert!(load_test(&dir).is_ok(), "the untouched copy loads");
+        let p = dir.join(file);
+        std::fs::write(&p, spoil(std::fs::read(&p).unwrap())).unwrap();
+        let e = load_test(&dir).expect_err(file).to_string();
+        assert!(e.contains(&p.display().to_string()), "{file}: {e}");
+        let e = run_dirs(std::slice::from_ref(&dir))
+            .expect_err(file)
+            .to_string();
+        assert!(e.contains(&p.display().to_string()), "{file}: {e}");
+        std::fs::remove_dir_all(dir.parent().unwrap()).unwrap();
+    }
+}
+
+/// Built-in tests carry a directory under BUILTIN_ROOT, so messages say where the data came
+/// from.
+#[test]
+fn builtin_tests_live_under_the_builtin_root() {
+    for d in builtin_tests() {
+        assert!(d.starts_with(BUILTIN_ROOT), "{}", d.display());
+    }
 }

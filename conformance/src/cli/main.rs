@@ -131,8 +131,8 @@ enum Cmd {
     },
     /// Judge ONNX's own BatchNormalization test data against the exact reference (docs/ONNX.md).
     Onnx {
-        /// ONNX node test directories, or folders holding them.
-        #[arg(default_value = "../shared/peers/onnx")]
+        /// ONNX node test directories, or folders holding them [default: the copy of
+        /// conformance/data/onnx built into bnconf, so it works from any directory].
         dirs: Vec<PathBuf>,
     },
 }
@@ -309,7 +309,11 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
             verbose,
         } => cmd_run(&suite, seed, &only, verbose),
         Cmd::Onnx { dirs } => {
-            let (rows, table) = bnconf::peers::onnx::run_dirs(&dirs)?;
+            let (rows, table) = if dirs.is_empty() {
+                bnconf::peers::onnx::run_builtin()?
+            } else {
+                bnconf::peers::onnx::run_dirs(&dirs)?
+            };
             print!("{table}");
             let all = rows
                 .iter()

@@ -7,14 +7,19 @@
 //! measures ONNX's *expected* outputs against the exact result in the units of our budget
 //! (DESIGN §3): `ratio = |expected - exact| / (u * (cond + mag))`, gate `ratio <= k(m)`.
 //!
-//! ## Why a hand-written protobuf decoder
+//! ## The data
 //!
-//! The `prost`/`protobuf` crates either need `protoc` at build time (or a generated-code
-//! checkout of `onnx.proto`) or pull a code generator into the build; the `onnx-protobuf`
-//! style crates are large and track the whole schema. We need a dozen fields of four
-//! messages, read-only: varints, fixed32/fixed64 and length-delimited fields, about 100 lines
-//! below, with no `unsafe`, every length checked against the buffer (a truncated or hostile
-//! file is an error, never a panic), and unknown fields skipped as the wire format allows.
+//! ONNX's nine BatchNormalization tests are committed, unchanged, in `conformance/data/onnx`
+//! (Apache-2.0, see its README and NOTICE) and compiled into the library as [`BUILTIN`], so
+//! [`run_builtin`] (`bnconf onnx` without arguments) works from any directory; [`run_dirs`]
+//! reads another copy from disk.
+//!
+//! ## Decoding
+//!
+//! [`proto`] declares, by hand, the subset of `onnx.proto` that is read (official field
+//! numbers and types) and derives `prost::Message` on it: no `protoc`, no generated code.
+//! prost checks every length against the buffer (a truncated or hostile file is an error
+//! naming the file, never a panic) and skips the fields not declared.
 //!
 //! ## The mapping (ONNX → bnconf)
 //!
@@ -37,96 +42,179 @@ use crate::judge::budget::{budgets_auto, k_allowance, unit_roundoff, ElementBudg
 use bnconf_spec::exact::round::{f64_to_rational, round, FloatFormat};
 use bnconf_spec::exact::Rational;
 use bnconf_spec::{Geometry, Layout, Op, Problem, QSqrt};
+use prost::Message as _;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 // ---------------------------------------------------------------------------------------------
-// Protobuf wire format
+// The data compiled in
 
-/// One field of a protobuf message: its number and its payload.
+/// Every file of `conformance/data/onnx/{dir}/`: `model.onnx`, then the inputs and outputs.
+macro_rules! embed {
+    ($($dir:literal: [$($i:literal)*] -> [$($o:literal)*];)*) => {
+        &[$(
+            (concat!($dir, "/model.onnx"),
+             include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/data/onnx/", $dir, "/model.onnx"))
+                as &[u8]),
+            $((concat!($dir, "/test_data_set_0/input_", $i, ".pb"),
+               include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/data/onnx/", $dir,
+                                      "/test_data_set_0/input_", $i, ".pb"))),)*
+            $((concat!($dir, "/test_data_set_0/output_", $o, ".pb"),
+               include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/data/onnx/", $dir,
+                                      "/test_data_set_0/output_", $o, ".pb"))),)*
+        )*]
+    };
+}
+
+/// ONNX's test data as committed in `conformance/data/onnx` (paths relative to it, `/`
+/// separated), compiled in; `conformance/tests/onnx.rs` checks it against the files.
+pub static BUILTIN: &[(&str, &[u8])] = embed! {
+    "node/test_batchnorm_epsilon": [0 1 2 3 4] -> [0];
+    "node/test_batchnorm_epsilon_training_mode": [0 1 2 3 4] -> [0 1 2];
+    "node/test_batchnorm_example": [0 1 2 3 4] -> [0];
+    "node/test_batchnorm_example_training_mode": [0 1 2 3 4] -> [0 1 2];
+    "pytorch-converted/test_BatchNorm1d_3d_input_eval": [0] -> [0];
+    "pytorch-converted/test_BatchNorm2d_eval": [0] -> [0];
+    "pytorch-converted/test_BatchNorm2d_momentum_eval": [0] -> [0];
+    "pytorch-converted/test_BatchNorm3d_eval": [0] -> [0];
+    "pytorch-converted/test_BatchNorm3d_momentum_eval": [0] -> [0];
+};
+
+/// The directory the paths of [`BUILTIN`] hang from in [`OnnxTest::dir`] and error messages.
+pub const BUILTIN_ROOT: &str = "<built-in conformance/data/onnx>";
+
+/// Where a test's files are read from.
 #[derive(Clone, Copy, Debug)]
-enum Wire<'a> {
-    Varint(u64),
-    Fixed64(u64),
-    Bytes(&'a [u8]),
-    Fixed32(u32),
+enum Source {
+    Disk,
+    Builtin,
 }
 
-fn wire_err(what: &str) -> ConfError {
-    ConfError::field("protobuf", what.to_string())
-}
+impl Source {
+    fn builtin(path: &Path) -> Option<&'static [u8]> {
+        let rel = path.strip_prefix(BUILTIN_ROOT).ok()?;
+        let rel: Vec<_> = rel.iter().map(|c| c.to_string_lossy()).collect();
+        let rel = rel.join("/");
+        BUILTIN.iter().find(|(p, _)| *p == rel).map(|(_, b)| *b)
+    }
 
-fn read_varint(buf: &[u8], pos: &mut usize) -> Result<u64> {
-    let mut v: u64 = 0;
-    for shift in (0..64).step_by(7) {
-        let b = *buf.get(*pos).ok_or_else(|| wire_err("truncated varint"))?;
-        *pos += 1;
-        v |= u64::from(b & 0x7f) << shift;
-        if b & 0x80 == 0 {
-            return Ok(v);
+    fn exists(self, path: &Path) -> bool {
+        match self {
+            Source::Disk => path.exists(),
+            Source::Builtin => Source::builtin(path).is_some(),
         }
     }
-    Err(wire_err("varint longer than 10 bytes"))
-}
 
-fn take<'a>(buf: &'a [u8], pos: &mut usize, n: usize) -> Result<&'a [u8]> {
-    let end = pos
-        .checked_add(n)
-        .filter(|&e| e <= buf.len())
-        .ok_or_else(|| wire_err("field runs past the end of the message"))?;
-    let s = &buf[*pos..end];
-    *pos = end;
-    Ok(s)
-}
-
-/// The fields of a message, in order (repeated fields appear once per occurrence).
-fn fields(buf: &[u8]) -> Result<Vec<(u32, Wire<'_>)>> {
-    let mut pos = 0;
-    let mut out = Vec::new();
-    while pos < buf.len() {
-        let key = read_varint(buf, &mut pos)?;
-        let num = u32::try_from(key >> 3).map_err(|_| wire_err("field number too large"))?;
-        let w = match key & 7 {
-            0 => Wire::Varint(read_varint(buf, &mut pos)?),
-            1 => Wire::Fixed64(u64::from_le_bytes(
-                take(buf, &mut pos, 8)?.try_into().expect("8 bytes"),
-            )),
-            2 => {
-                let n = usize::try_from(read_varint(buf, &mut pos)?)
-                    .map_err(|_| wire_err("length too large"))?;
-                Wire::Bytes(take(buf, &mut pos, n)?)
-            }
-            5 => Wire::Fixed32(u32::from_le_bytes(
-                take(buf, &mut pos, 4)?.try_into().expect("4 bytes"),
-            )),
-            t => {
-                return Err(wire_err(&format!(
-                    "unsupported wire type {t} (field {num})"
-                )))
-            }
-        };
-        out.push((num, w));
-    }
-    Ok(out)
-}
-
-fn string(w: Wire<'_>, what: &str) -> Result<String> {
-    match w {
-        Wire::Bytes(b) => {
-            String::from_utf8(b.to_vec()).map_err(|_| wire_err(&format!("{what}: not UTF-8")))
+    fn read(self, path: &Path) -> Result<Vec<u8>> {
+        match self {
+            Source::Disk => std::fs::read(path).map_err(|e| ConfError::io(path, e)),
+            Source::Builtin => Source::builtin(path)
+                .map(<[u8]>::to_vec)
+                .ok_or_else(|| ConfError::io(path, "not in the built-in ONNX data")),
         }
-        _ => Err(wire_err(&format!("{what}: expected a string"))),
     }
 }
 
 // ---------------------------------------------------------------------------------------------
 // ONNX messages (only the fields we need)
 
+/// The messages of `onnx.proto` that are read, with only the fields read (official numbers and
+/// types; `onnx.proto` is proto2, so scalars whose presence matters are `optional`).
+pub mod proto {
+    /// `onnx.TensorProto`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct TensorProto {
+        /// `repeated int64 dims = 1`.
+        #[prost(int64, repeated, tag = "1")]
+        pub dims: Vec<i64>,
+        /// `optional int32 data_type = 2` (a `TensorProto.DataType`).
+        #[prost(int32, tag = "2")]
+        pub data_type: i32,
+        /// `repeated float float_data = 4 [packed = true]`.
+        #[prost(float, repeated, packed = "true", tag = "4")]
+        pub float_data: Vec<f32>,
+        /// `optional string name = 8`.
+        #[prost(string, tag = "8")]
+        pub name: String,
+        /// `optional bytes raw_data = 9` (little-endian elements).
+        #[prost(bytes = "vec", optional, tag = "9")]
+        pub raw_data: Option<Vec<u8>>,
+        /// `repeated double double_data = 10 [packed = true]`.
+        #[prost(double, repeated, packed = "true", tag = "10")]
+        pub double_data: Vec<f64>,
+    }
+
+    /// `onnx.AttributeProto` (scalar `f` and `i` only).
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct AttributeProto {
+        /// `optional string name = 1`.
+        #[prost(string, tag = "1")]
+        pub name: String,
+        /// `optional float f = 2`.
+        #[prost(float, optional, tag = "2")]
+        pub f: Option<f32>,
+        /// `optional int64 i = 3`.
+        #[prost(int64, optional, tag = "3")]
+        pub i: Option<i64>,
+    }
+
+    /// `onnx.NodeProto`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct NodeProto {
+        /// `repeated string input = 1`.
+        #[prost(string, repeated, tag = "1")]
+        pub input: Vec<String>,
+        /// `repeated string output = 2`.
+        #[prost(string, repeated, tag = "2")]
+        pub output: Vec<String>,
+        /// `optional string op_type = 4`.
+        #[prost(string, tag = "4")]
+        pub op_type: String,
+        /// `repeated AttributeProto attribute = 5`.
+        #[prost(message, repeated, tag = "5")]
+        pub attribute: Vec<AttributeProto>,
+    }
+
+    /// `onnx.ValueInfoProto` (its name only).
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ValueInfoProto {
+        /// `optional string name = 1`.
+        #[prost(string, tag = "1")]
+        pub name: String,
+    }
+
+    /// `onnx.GraphProto`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct GraphProto {
+        /// `repeated NodeProto node = 1`.
+        #[prost(message, repeated, tag = "1")]
+        pub node: Vec<NodeProto>,
+        /// `repeated TensorProto initializer = 5`.
+        #[prost(message, repeated, tag = "5")]
+        pub initializer: Vec<TensorProto>,
+        /// `repeated ValueInfoProto input = 11`.
+        #[prost(message, repeated, tag = "11")]
+        pub input: Vec<ValueInfoProto>,
+    }
+
+    /// `onnx.ModelProto` (its graph only).
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ModelProto {
+        /// `optional GraphProto graph = 7`.
+        #[prost(message, optional, tag = "7")]
+        pub graph: Option<GraphProto>,
+    }
+}
+
 /// `TensorProto.DataType.FLOAT`.
 pub const DT_FLOAT: i32 = 1;
 /// `TensorProto.DataType.DOUBLE`.
 pub const DT_DOUBLE: i32 = 11;
+
+fn wire_err(what: impl std::fmt::Display) -> ConfError {
+    ConfError::field("protobuf", what.to_string())
+}
 
 /// A decoded `onnx.TensorProto` of type FLOAT or DOUBLE.
 #[derive(Clone, Debug, PartialEq)]
@@ -152,199 +240,74 @@ impl Tensor {
     }
 }
 
+impl TryFrom<proto::TensorProto> for Tensor {
+    type Error = ConfError;
+
+    /// The values of a FLOAT or DOUBLE tensor: `raw_data` (little-endian) when present, else
+    /// `float_data` or `double_data` as the type says; their count must match `dims`.
+    fn try_from(p: proto::TensorProto) -> Result<Tensor> {
+        let dims = p
+            .dims
+            .iter()
+            .map(|&d| usize::try_from(d).map_err(|_| wire_err("negative dimension")))
+            .collect::<Result<Vec<usize>>>()?;
+        let raw = |size: usize| match &p.raw_data {
+            Some(b) if b.len() % size != 0 => Err(wire_err(
+                "raw_data: length not a multiple of the element size",
+            )),
+            b => Ok(b.as_ref().map(|b| b.chunks_exact(size))),
+        };
+        let values: Vec<f64> = match p.data_type {
+            DT_FLOAT => match raw(4)? {
+                Some(c) => c
+                    .map(|c| f64::from(f32::from_le_bytes(c.try_into().expect("4 bytes"))))
+                    .collect(),
+                None => p.float_data.iter().map(|&v| f64::from(v)).collect(),
+            },
+            DT_DOUBLE => match raw(8)? {
+                Some(c) => c
+                    .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
+                    .collect(),
+                None => p.double_data.clone(),
+            },
+            t => {
+                return Err(wire_err(format!(
+                    "tensor {:?}: data_type {t} (only FLOAT=1 and DOUBLE=11 are supported)",
+                    p.name
+                )))
+            }
+        };
+        let want = dims
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .ok_or_else(|| wire_err("dims overflow"))?;
+        if want != values.len() {
+            return Err(wire_err(format!(
+                "tensor {:?}: dims {dims:?} need {want} values, found {}",
+                p.name,
+                values.len()
+            )));
+        }
+        Ok(Tensor {
+            name: p.name,
+            dims,
+            data_type: p.data_type,
+            values,
+        })
+    }
+}
+
 /// Decode an `onnx.TensorProto` (FLOAT or DOUBLE; `float_data`, `double_data` packed or not,
 /// or `raw_data` little-endian).
 pub fn parse_tensor(buf: &[u8]) -> Result<Tensor> {
-    let mut t = Tensor {
-        name: String::new(),
-        dims: Vec::new(),
-        data_type: 0,
-        values: Vec::new(),
-    };
-    let mut raw: Option<&[u8]> = None;
-    let dim = |v: u64| usize::try_from(v as i64).map_err(|_| wire_err("negative dimension"));
-    for (num, w) in fields(buf)? {
-        match (num, w) {
-            (1, Wire::Varint(v)) => t.dims.push(dim(v)?),
-            (1, Wire::Bytes(b)) => {
-                let mut p = 0;
-                while p < b.len() {
-                    t.dims.push(dim(read_varint(b, &mut p)?)?);
-                }
-            }
-            (2, Wire::Varint(v)) => t.data_type = v as i32,
-            (4, Wire::Fixed32(v)) => t.values.push(f64::from(f32::from_bits(v))),
-            (4, Wire::Bytes(b)) => {
-                if b.len() % 4 != 0 {
-                    return Err(wire_err("float_data: length not a multiple of 4"));
-                }
-                t.values.extend(
-                    b.chunks_exact(4)
-                        .map(|c| f64::from(f32::from_le_bytes(c.try_into().expect("4 bytes")))),
-                );
-            }
-            (10, Wire::Fixed64(v)) => t.values.push(f64::from_bits(v)),
-            (10, Wire::Bytes(b)) => {
-                if b.len() % 8 != 0 {
-                    return Err(wire_err("double_data: length not a multiple of 8"));
-                }
-                t.values.extend(
-                    b.chunks_exact(8)
-                        .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes"))),
-                );
-            }
-            (9, Wire::Bytes(b)) => raw = Some(b),
-            (8, w) => t.name = string(w, "TensorProto.name")?,
-            _ => {}
-        }
-    }
-    if t.data_type != DT_FLOAT && t.data_type != DT_DOUBLE {
-        return Err(wire_err(&format!(
-            "tensor {:?}: data_type {} (only FLOAT=1 and DOUBLE=11 are supported)",
-            t.name, t.data_type
-        )));
-    }
-    if let Some(b) = raw {
-        let size = if t.data_type == DT_FLOAT { 4 } else { 8 };
-        if b.len() % size != 0 {
-            return Err(wire_err(
-                "raw_data: length not a multiple of the element size",
-            ));
-        }
-        t.values = if size == 4 {
-            b.chunks_exact(4)
-                .map(|c| f64::from(f32::from_le_bytes(c.try_into().expect("4 bytes"))))
-                .collect()
-        } else {
-            b.chunks_exact(8)
-                .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
-                .collect()
-        };
-    }
-    let want = t
-        .dims
-        .iter()
-        .try_fold(1usize, |a, &d| a.checked_mul(d))
-        .ok_or_else(|| wire_err("dims overflow"))?;
-    if want != t.values.len() {
-        return Err(wire_err(&format!(
-            "tensor {:?}: dims {:?} need {want} values, found {}",
-            t.name,
-            t.dims,
-            t.values.len()
-        )));
-    }
-    Ok(t)
+    proto::TensorProto::decode(buf)
+        .map_err(wire_err)?
+        .try_into()
 }
 
-/// A decoded `onnx.AttributeProto` (scalar float or int only).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Attribute {
-    /// `name` (field 1).
-    pub name: String,
-    /// `f` (field 2, float32).
-    pub f: Option<f32>,
-    /// `i` (field 3).
-    pub i: Option<i64>,
-    /// `type` (field 20).
-    pub kind: i64,
-}
-
-/// A decoded `onnx.NodeProto`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Node {
-    /// `op_type` (field 4).
-    pub op_type: String,
-    /// `input` (field 1).
-    pub inputs: Vec<String>,
-    /// `output` (field 2).
-    pub outputs: Vec<String>,
-    /// `attribute` (field 5).
-    pub attributes: Vec<Attribute>,
-}
-
-impl Node {
-    /// The attribute named `name`.
-    pub fn attr(&self, name: &str) -> Option<&Attribute> {
-        self.attributes.iter().find(|a| a.name == name)
-    }
-}
-
-/// The parts of an `onnx.ModelProto` we use: its graph's nodes, initializers and inputs.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Model {
-    /// `graph.node`.
-    pub nodes: Vec<Node>,
-    /// `graph.initializer`.
-    pub initializers: Vec<Tensor>,
-    /// `graph.input[*].name`.
-    pub inputs: Vec<String>,
-}
-
-fn parse_attribute(buf: &[u8]) -> Result<Attribute> {
-    let mut a = Attribute {
-        name: String::new(),
-        f: None,
-        i: None,
-        kind: 0,
-    };
-    for (num, w) in fields(buf)? {
-        match (num, w) {
-            (1, w) => a.name = string(w, "AttributeProto.name")?,
-            (2, Wire::Fixed32(v)) => a.f = Some(f32::from_bits(v)),
-            (3, Wire::Varint(v)) => a.i = Some(v as i64),
-            (20, Wire::Varint(v)) => a.kind = v as i64,
-            _ => {}
-        }
-    }
-    Ok(a)
-}
-
-fn parse_node(buf: &[u8]) -> Result<Node> {
-    let mut n = Node {
-        op_type: String::new(),
-        inputs: Vec::new(),
-        outputs: Vec::new(),
-        attributes: Vec::new(),
-    };
-    for (num, w) in fields(buf)? {
-        match (num, w) {
-            (1, w) => n.inputs.push(string(w, "NodeProto.input")?),
-            (2, w) => n.outputs.push(string(w, "NodeProto.output")?),
-            (4, w) => n.op_type = string(w, "NodeProto.op_type")?,
-            (5, Wire::Bytes(b)) => n.attributes.push(parse_attribute(b)?),
-            _ => {}
-        }
-    }
-    Ok(n)
-}
-
-/// Decode an `onnx.ModelProto` (only `graph`: nodes, initializers, input names).
-pub fn parse_model(buf: &[u8]) -> Result<Model> {
-    let mut m = Model {
-        nodes: Vec::new(),
-        initializers: Vec::new(),
-        inputs: Vec::new(),
-    };
-    for (num, w) in fields(buf)? {
-        if let (7, Wire::Bytes(g)) = (num, w) {
-            for (gn, gw) in fields(g)? {
-                match (gn, gw) {
-                    (1, Wire::Bytes(b)) => m.nodes.push(parse_node(b)?),
-                    (5, Wire::Bytes(b)) => m.initializers.push(parse_tensor(b)?),
-                    (11, Wire::Bytes(b)) => {
-                        for (vn, vw) in fields(b)? {
-                            if vn == 1 {
-                                m.inputs.push(string(vw, "ValueInfoProto.name")?);
-                            }
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        }
-    }
-    Ok(m)
+/// Decode an `onnx.ModelProto` (only the fields [`proto`] declares).
+pub fn parse_model(buf: &[u8]) -> Result<proto::ModelProto> {
+    proto::ModelProto::decode(buf).map_err(wire_err)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -355,7 +318,7 @@ pub fn parse_model(buf: &[u8]) -> Result<Model> {
 pub struct OnnxTest {
     /// The directory's name (e.g. `test_batchnorm_epsilon`).
     pub name: String,
-    /// The directory.
+    /// The directory (under [`BUILTIN_ROOT`] for the built-in data).
     pub dir: PathBuf,
     /// `X`, `scale`, `B`, `input_mean`, `input_var`, in that order.
     pub inputs: [Tensor; 5],
@@ -370,10 +333,6 @@ pub struct OnnxTest {
     pub expected: Vec<Tensor>,
 }
 
-fn read(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| ConfError::io(path, e))
-}
-
 fn in_file<T>(path: &Path, r: Result<T>) -> Result<T> {
     r.map_err(|e| ConfError::io(path, e))
 }
@@ -384,39 +343,41 @@ fn in_file<T>(path: &Path, r: Result<T>) -> Result<T> {
 /// order to the graph inputs that are not initializers (old PyTorch exports list initializers
 /// among the graph inputs).
 pub fn load_test(dir: &Path) -> Result<OnnxTest> {
+    load(Source::Disk, dir)
+}
+
+fn load(src: Source, dir: &Path) -> Result<OnnxTest> {
     let name = dir
         .file_name()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
     let mpath = dir.join("model.onnx");
-    let model = in_file(&mpath, parse_model(&read(&mpath)?))?;
-    let bn: Vec<&Node> = model
-        .nodes
-        .iter()
-        .filter(|n| n.op_type == "BatchNormalization")
-        .collect();
-    let node = match bn.as_slice() {
-        [n] if model.nodes.len() == 1 => *n,
+    let graph = in_file(&mpath, parse_model(&src.read(&mpath)?))?
+        .graph
+        .unwrap_or_default();
+    let node = match graph.node.as_slice() {
+        [n] if n.op_type == "BatchNormalization" => n,
         _ => {
             return Err(ConfError::io(
                 &mpath,
                 format!(
                     "expected a graph of one BatchNormalization node, found ops {:?}",
-                    model.nodes.iter().map(|n| &n.op_type).collect::<Vec<_>>()
+                    graph.node.iter().map(|n| &n.op_type).collect::<Vec<_>>()
                 ),
             ))
         }
     };
-    if node.inputs.len() != 5 {
+    if node.input.len() != 5 {
         return Err(ConfError::io(
             &mpath,
             format!(
                 "BatchNormalization with {} inputs (need 5)",
-                node.inputs.len()
+                node.input.len()
             ),
         ));
     }
-    let attr_i = |k: &str| node.attr(k).and_then(|a| a.i);
+    let attr = |k: &str| node.attribute.iter().find(|a| a.name == k);
+    let attr_i = |k: &str| attr(k).and_then(|a| a.i);
     if attr_i("spatial") == Some(0) {
         return Err(ConfError::io(&mpath, "spatial = 0 is not supported"));
     }
@@ -426,33 +387,33 @@ pub fn load_test(dir: &Path) -> Result<OnnxTest> {
             "is_test = 0 (legacy training) is not supported",
         ));
     }
-    let epsilon = node.attr("epsilon").and_then(|a| a.f).unwrap_or(1e-5);
-    let momentum = node.attr("momentum").and_then(|a| a.f).unwrap_or(0.9);
+    let epsilon = attr("epsilon").and_then(|a| a.f).unwrap_or(1e-5);
+    let momentum = attr("momentum").and_then(|a| a.f).unwrap_or(0.9);
     let training = attr_i("training_mode").unwrap_or(0) == 1;
 
-    let mut by_name: BTreeMap<String, Tensor> = model
-        .initializers
-        .iter()
-        .map(|t| (t.name.clone(), t.clone()))
-        .collect();
+    let mut by_name = BTreeMap::new();
+    for t in &graph.initializer {
+        let t = in_file(&mpath, Tensor::try_from(t.clone()))?;
+        by_name.insert(t.name.clone(), t);
+    }
     let data = dir.join("test_data_set_0");
-    let mut free = model
-        .inputs
+    let mut free = graph
+        .input
         .iter()
-        .filter(|n| !by_name.contains_key(*n))
-        .cloned()
+        .map(|v| v.name.clone())
+        .filter(|n| !by_name.contains_key(n))
         .collect::<Vec<_>>()
         .into_iter();
     let mut expected = Vec::new();
     for (prefix, is_input) in [("input", true), ("output", false)] {
         for k in 0.. {
             let p = data.join(format!("{prefix}_{k}.pb"));
-            if !p.exists() {
+            if !src.exists(&p) {
                 break;
             }
-            let t = in_file(&p, parse_tensor(&read(&p)?))?;
+            let t = in_file(&p, parse_tensor(&src.read(&p)?))?;
             if is_input {
-                let key = if node.inputs.contains(&t.name) {
+                let key = if node.input.contains(&t.name) {
                     t.name.clone()
                 } else {
                     free.next()
@@ -476,12 +437,12 @@ pub fn load_test(dir: &Path) -> Result<OnnxTest> {
         ));
     }
     expected.truncate(want_out);
-    for (t, n) in expected.iter_mut().zip(&node.outputs) {
+    for (t, n) in expected.iter_mut().zip(&node.output) {
         t.name = n.clone();
     }
     let get = |i: usize| {
-        by_name.get(&node.inputs[i]).cloned().ok_or_else(|| {
-            ConfError::io(dir, format!("no data for node input {:?}", node.inputs[i]))
+        by_name.get(&node.input[i]).cloned().ok_or_else(|| {
+            ConfError::io(dir, format!("no data for node input {:?}", node.input[i]))
         })
     };
     let inputs = [get(0)?, get(1)?, get(2)?, get(3)?, get(4)?];
@@ -514,6 +475,17 @@ pub fn find_tests(root: &Path) -> Result<Vec<PathBuf>> {
         out.extend(find_tests(&s)?);
     }
     Ok(out)
+}
+
+/// The test directories of [`BUILTIN`] (under [`BUILTIN_ROOT`]), sorted by path.
+pub fn builtin_tests() -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = BUILTIN
+        .iter()
+        .filter_map(|(p, _)| p.strip_suffix("/model.onnx"))
+        .map(|d| Path::new(BUILTIN_ROOT).join(d))
+        .collect();
+    out.sort();
+    out
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -827,6 +799,14 @@ pub fn table(rows: &[Row]) -> String {
     s
 }
 
+fn run(src: Source, tests: &[PathBuf], rows: &mut Vec<Row>) -> Result<()> {
+    for t in tests {
+        let test = load(src, t)?;
+        rows.push(row(&test).map_err(|e| ConfError::io(t, e))?);
+    }
+    Ok(())
+}
+
 /// `bnconf onnx DIR...`: judge every test directory found under the given paths and return
 /// the table (errors name the directory).
 pub fn run_dirs(dirs: &[PathBuf]) -> Result<(Vec<Row>, String)> {
@@ -838,11 +818,16 @@ pub fn run_dirs(dirs: &[PathBuf]) -> Result<(Vec<Row>, String)> {
                 "not a directory (ONNX test data expected here)",
             ));
         }
-        for t in find_tests(d)? {
-            let test = load_test(&t)?;
-            rows.push(row(&test).map_err(|e| ConfError::io(&t, e))?);
-        }
+        run(Source::Disk, &find_tests(d)?, &mut rows)?;
     }
+    let tab = table(&rows);
+    Ok((rows, tab))
+}
+
+/// `bnconf onnx`: judge the built-in copy of `conformance/data/onnx` ([`BUILTIN`]).
+pub fn run_builtin() -> Result<(Vec<Row>, String)> {
+    let mut rows = Vec::new();
+    run(Source::Builtin, &builtin_tests(), &mut rows)?;
     let tab = table(&rows);
     Ok((rows, tab))
 }
