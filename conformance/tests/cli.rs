@@ -1,5 +1,6 @@
 //! The CLI end to end: `bnconf run`, `kernel --list`, and the kernel directory protocol
-//! (`export`, `kernel NAME DIR`, `check DIR`, `check --exec`) with its exit codes.
+//! (`export`, `kernel NAME DIR`, `check DIR`, `check --exec`) with its exit codes. The `run`
+//! table is also an insta snapshot (`tests/snapshots/cli__run_table.snap`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -54,6 +55,11 @@ fn run_accepts_good_and_rejects_known_bad_kernels() {
             "kernel {n} missing from the run table:\n{t}"
         );
     }
+    // the table itself, as users read it (deterministic for the seed, whatever the thread
+    // count); a changed cell, row or wording shows in review as a diff of the snapshot
+    insta::with_settings!({description => "bnconf run (stdout)"}, {
+        insta::assert_snapshot!("run_table", String::from_utf8_lossy(&o.stdout));
+    });
 }
 
 #[test]

@@ -7,6 +7,12 @@
 //! on stderr, not panic, finish within 5 s, and leave no file behind (no `out.json`, no
 //! temporary file, nothing in the output directory).
 //!
+//! The messages themselves are an insta snapshot
+//! (`tests/snapshots/robustness__malformed_case_messages.snap`): one entry per row, the exit
+//! status and stderr (the scratch directory redacted), so that a changed message shows in
+//! review. To accept a deliberate change:
+//! `INSTA_UPDATE=always cargo test --release -p bnconf --test robustness`.
+//!
 //! Crashes found by the fuzz targets in `fuzz/` (docs/FUZZ.md) become rows here (named
 //! `fuzz-*`); the npy rows on shape overflow and deep headers cover what the npy target probes.
 
@@ -884,14 +890,18 @@ fn rows() -> Vec<Row> {
     ]
 }
 
+/// The directory every row's scratch directory lies in (redacted as `[SCRATCH]` in the
+/// snapshot of the messages).
+fn scratch_root() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("robustness-{}", std::process::id()))
+}
+
 fn scratch(name: &str) -> PathBuf {
     let slug: String = name
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
         .collect();
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("robustness-{}", std::process::id()))
-        .join(slug);
+    let d = scratch_root().join(slug);
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
@@ -906,8 +916,17 @@ fn listing(dir: &Path) -> Vec<String> {
     }
 }
 
-/// Run `bnconf golden CASE ARGS`; `Err(reason)` when a requirement fails.
-fn check_run(r: &Row, case: &Path, args: &[&Path], out_dir: &Path) -> Result<(), String> {
+/// What a run showed the user: its exit status and stderr, the scratch directory redacted.
+fn observed(code: Option<i32>, stderr: &str) -> String {
+    let root = scratch_root().display().to_string();
+    let code = code.map_or("none (killed)".to_string(), |c| c.to_string());
+    let stderr = stderr.trim_end().replace(&root, "[SCRATCH]");
+    format!("exit {code}: {stderr}")
+}
+
+/// Run `bnconf golden CASE ARGS`; `Err(reason)` when a requirement fails. Also returns what
+/// the run showed (see [`observed`]).
+fn check_run(r: &Row, case: &Path, args: &[&Path], out_dir: &Path) -> (Result<(), String>, String) {
     let t = Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_bnconf"))
         .arg("golden")
@@ -938,16 +957,22 @@ fn check_run(r: &Row, case: &Path, args: &[&Path], out_dir: &Path) -> Result<(),
     if !out.stdout.is_empty() {
         why.push(format!("wrote {} bytes to stdout", out.stdout.len()));
     }
+    let seen = observed(out.status.code(), &stderr);
     if why.is_empty() {
-        Ok(())
+        (Ok(()), seen)
     } else {
-        Err(format!("{}; stderr: {}", why.join(", "), stderr.trim_end()))
+        (
+            Err(format!("{}; stderr: {}", why.join(", "), stderr.trim_end())),
+            seen,
+        )
     }
 }
 
 #[test]
 fn malformed_cases_fail_cleanly() {
     let mut failures = Vec::new();
+    // (row name, what each of the three modes showed) for the snapshot
+    let mut messages: Vec<(&str, [String; 3])> = Vec::new();
     let rows = rows();
     for r in &rows {
         let d = scratch(r.name);
@@ -962,14 +987,14 @@ fn malformed_cases_fail_cleanly() {
         // `-o out.json` into an empty directory.
         let o = d.join("o");
         std::fs::create_dir_all(&o).unwrap();
-        let res = check_run(r, &case, &[Path::new("-o"), &o.join("out.json")], &o);
+        let (res, seen_o) = check_run(r, &case, &[Path::new("-o"), &o.join("out.json")], &o);
         if let Err(e) = res {
             failures.push(format!("{} (-o): {e}", r.name));
         }
         // `--out-dir DIR` (not existing beforehand) inside an empty directory.
         let od = d.join("od");
         std::fs::create_dir_all(&od).unwrap();
-        let res = check_run(
+        let (res, seen_od) = check_run(
             r,
             &case,
             &[Path::new("--out-dir"), &od.join("golden")],
@@ -989,14 +1014,16 @@ fn malformed_cases_fail_cleanly() {
         // `--out-dir DIR` into an existing empty directory, by the per-element exact path.
         let oe = d.join("oe");
         std::fs::create_dir_all(&oe).unwrap();
-        if let Err(e) = check_run(
+        let (res, seen_oe) = check_run(
             r,
             &case,
             &[Path::new("--out-dir"), &oe, Path::new("--exact-path")],
             &oe,
-        ) {
+        );
+        if let Err(e) = res {
             failures.push(format!("{} (--out-dir --exact-path): {e}", r.name));
         }
+        messages.push((r.name, [seen_o, seen_od, seen_oe]));
         let _ = std::fs::remove_dir_all(&d);
     }
     assert!(
@@ -1006,6 +1033,31 @@ fn malformed_cases_fail_cleanly() {
         rows.len(),
         failures.join("\n")
     );
+    // The messages, one entry per row; the three modes share one line when they agree.
+    let mut snap = String::new();
+    for (name, seen) in &messages {
+        snap.push_str(&format!("{name}\n"));
+        if seen.iter().all(|s| *s == seen[0]) {
+            snap.push_str(&format!("  {}\n", indent(&seen[0])));
+        } else {
+            for (mode, s) in ["-o", "--out-dir", "--out-dir --exact-path"]
+                .iter()
+                .zip(seen)
+            {
+                snap.push_str(&format!("  [{mode}] {}\n", indent(s)));
+            }
+        }
+    }
+    let description = "bnconf golden CASE (-o FILE | --out-dir DIR [--exact-path]) on each \
+                       malformed case: row, then exit status and stderr";
+    insta::with_settings!({description => description}, {
+        insta::assert_snapshot!("malformed_case_messages", snap);
+    });
+}
+
+/// Continuation lines of a multi-line message, indented under their row.
+fn indent(s: &str) -> String {
+    s.replace('\n', "\n    ")
 }
 
 /// The base case itself is valid (so every row fails for its own reason), in every mode.
