@@ -498,6 +498,7 @@ fn regression_vectors() {
                 .to_string(),
             target: String::new(),
             dtype,
+            param_dtype: dtype,
             op: p.op,
             layout: p.geom.layout,
             shape: p.geom.shape.clone(),

@@ -57,6 +57,7 @@ fn case(op: Op, dtype: FloatFormat, mu: f64, sd: f64, seed: u64) -> SuiteCase {
         class: "large".into(),
         target: "m = 8000".into(),
         dtype,
+        param_dtype: dtype,
         op,
         layout: Layout::Nchw,
         shape,

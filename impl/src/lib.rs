@@ -137,6 +137,23 @@ pub fn is_cell_array(name: &str) -> bool {
     matches!(name, "x" | "dy" | "y" | "dx" | "shard_mean" | "shard_m2")
 }
 
+/// Whether an input/output name is an activation (stored in the case's `dtype`; every other
+/// array is stored in its `param_dtype`).
+pub fn is_activation(name: &str) -> bool {
+    matches!(name, "x" | "dy" | "y" | "dx")
+}
+
+impl Case {
+    /// Storage dtype of input or output `name`.
+    pub fn dtype_of(&self, name: &str) -> Dtype {
+        if is_activation(name) {
+            self.dtype
+        } else {
+            self.param_dtype
+        }
+    }
+}
+
 /// Whether a name is a per-shard array of length R shared by every channel (`shard_count`
 /// of `sync_stats`, whose layout is `rows` with shape `[C, R]`).
 pub fn is_shard_array(name: &str) -> bool {
@@ -168,7 +185,11 @@ pub struct Case {
     pub op: Op,
     pub layout: Layout,
     pub shape: Vec<usize>,
+    /// Storage dtype of the activations (`x`, `dy`, `y`, `dx`).
     pub dtype: Dtype,
+    /// Storage dtype of every per-channel input and output (and of `sync_stats`' statistics):
+    /// `dtype` itself, or f32 for the mixed precisions `f16+f32` / `bf16+f32` (autocast).
+    pub param_dtype: Dtype,
     pub eps: f64,
     pub inputs: BTreeMap<String, Vec<f64>>,
     /// Scalar parameters of `running_update` (default for the other ops).

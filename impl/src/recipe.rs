@@ -159,7 +159,7 @@ impl<'a, A: Real> Driver<'a, A> {
 
     /// Input `name` read in the case dtype (correctly rounded, a no-op for valid cases).
     fn input(&self, name: &str) -> Vec<A> {
-        let dt = self.case.dtype;
+        let dt = self.case.dtype_of(name);
         self.case.inputs[name]
             .iter()
             .map(|&v| A::of(dt.round(v)))
@@ -197,7 +197,7 @@ impl<'a, A: Real> Driver<'a, A> {
             let p: Vec<A> = chan_in.iter().map(|a| a[c]).collect();
             for (name, vals) in self.channel(op, &gather, &p) {
                 let dst = out.get_mut(name).expect("op output");
-                let dt = self.case.dtype;
+                let dt = self.case.dtype_of(name);
                 if crate::is_cell_array(name) {
                     for (&i, v) in idx.iter().zip(vals) {
                         dst[i] = dt.round(v.to_f64());

@@ -244,6 +244,7 @@ fn impl_case(d: &BenchData, op: Op) -> bnconf_impl::Case {
         layout: bnconf_impl::Layout::Nchw,
         shape: d.geom.shape.clone(),
         dtype: bnconf_impl::Dtype::F64,
+        param_dtype: bnconf_impl::Dtype::F64,
         eps: EPS,
         inputs,
         params: Default::default(),

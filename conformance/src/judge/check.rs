@@ -182,7 +182,7 @@ impl Prepared {
             id: c.id.clone(),
             op: c.op.name(),
             layout: c.layout.name(),
-            dtype: c.dtype.name(),
+            dtype: c.precision().static_name(),
             level: c.level,
             class: c.class.clone(),
             verdict,
@@ -203,9 +203,10 @@ impl Prepared {
 
     /// Judge computed outputs (values of the case dtype, as f64) against the goldens.
     pub fn judge(&self, computed: &BTreeMap<String, Vec<f64>>) -> CaseResult {
-        let u = self.case.dtype.unit_roundoff();
         let mut outs = Vec::new();
         for &name in self.case.op.outputs() {
+            // Each output is judged in its own dtype (activations' or parameters').
+            let u = self.case.dtype_of(name).unit_roundoff();
             let exact = &self.golden[name];
             let Some(vals) = computed.get(name) else {
                 return self.malformed(&format!("output `{name}` missing"));
@@ -281,9 +282,9 @@ impl CaseResult {
         if let Verdict::Malformed(w) | Verdict::Unsupported(w) = &self.verdict {
             s += &format!(" — {w}");
         }
-        let u = case.dtype.unit_roundoff();
         let g = bnconf_spec::Geometry::new(case.layout, &case.shape, usize::MAX).expect("valid");
         for o in self.outputs.iter().filter(|o| o.n_over > 0) {
+            let u = case.dtype_of(&o.name).unit_roundoff();
             use bnconf_spec::op::Extent;
             let chan = channel_of(&g, &o.name, o.index);
             // Up to 8 values, then the count.

@@ -272,11 +272,19 @@ pub fn run_kernel_dir(kernel: &dyn bnconf_impl::Kernel, dir: &Path) -> Result<us
                     })?,
             );
         }
+        // Mixed precisions: per-channel arrays in `param_dtype` (default: `dtype`).
+        let param_dtype = match v.get("param_dtype").and_then(Value::as_str) {
+            None => dtype,
+            Some(n) => bnconf_impl::Dtype::from_name(n).ok_or_else(|| {
+                ConfError::field(format!("{}: param_dtype", cpath.display()), "unknown")
+            })?,
+        };
         let case = bnconf_impl::Case {
             op,
             layout,
             shape: shape.clone(),
             dtype,
+            param_dtype,
             eps,
             inputs,
             params,

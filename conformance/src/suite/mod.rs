@@ -47,7 +47,74 @@ impl Level {
     }
 }
 
-/// A generated case: inputs are f64 values exactly representable in `dtype`.
+/// The storage precision of a suite: activations (`x`, `dy`, `y`, `dx`) in `act`, every
+/// per-channel input and output (and `sync_stats`' statistics) in `param`. Uniform precisions
+/// (`f64`, `f32`, `f16`, `bf16`) have `act == param`; the mixed ones (`f16+f32`, `bf16+f32`)
+/// are autocast training's: half-precision activations, f32 parameters and statistics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Precision {
+    /// Activations' dtype.
+    pub act: FloatFormat,
+    /// Parameters' and statistics' dtype.
+    pub param: FloatFormat,
+}
+
+impl Precision {
+    /// Every precision a suite can be generated in, in docs/FORMAT.md's order.
+    pub const ALL: [Precision; 6] = [
+        Precision::uniform(FloatFormat::F64),
+        Precision::uniform(FloatFormat::F32),
+        Precision::uniform(FloatFormat::F16),
+        Precision::uniform(FloatFormat::BF16),
+        Precision {
+            act: FloatFormat::F16,
+            param: FloatFormat::F32,
+        },
+        Precision {
+            act: FloatFormat::BF16,
+            param: FloatFormat::F32,
+        },
+    ];
+    /// One dtype for everything.
+    pub const fn uniform(f: FloatFormat) -> Precision {
+        Precision { act: f, param: f }
+    }
+    /// Whether activations and parameters differ.
+    pub fn is_mixed(self) -> bool {
+        self.act != self.param
+    }
+    /// `f32`, `bf16+f32`, ...
+    pub fn name(self) -> String {
+        if self.is_mixed() {
+            format!("{}+{}", self.act.name(), self.param.name())
+        } else {
+            self.act.name().to_string()
+        }
+    }
+    /// [`Precision::name`] as a static string.
+    pub fn static_name(self) -> &'static str {
+        match (self.act, self.param) {
+            (FloatFormat::F16, FloatFormat::F32) => "f16+f32",
+            (FloatFormat::BF16, FloatFormat::F32) => "bf16+f32",
+            (a, _) => a.name(),
+        }
+    }
+    /// Inverse of [`Precision::name`] (only the precisions of [`Precision::ALL`]).
+    pub fn from_name(s: &str) -> Option<Precision> {
+        Precision::ALL.into_iter().find(|p| p.name() == s)
+    }
+    /// The dtype of input or output `name`.
+    pub fn of(self, name: &str) -> FloatFormat {
+        if bnconf_impl::is_activation(name) {
+            self.act
+        } else {
+            self.param
+        }
+    }
+}
+
+/// A generated case: inputs are f64 values exactly representable in their dtype (`dtype` for
+/// activations, `param_dtype` for the rest).
 #[derive(Clone, Debug, PartialEq)]
 pub struct SuiteCase {
     /// Unique id: `op.layout.dtype.class`.
@@ -58,8 +125,10 @@ pub struct SuiteCase {
     pub class: String,
     /// One line saying what the class targets.
     pub target: String,
-    /// dtype.
+    /// dtype of the activations (`x`, `dy`, `y`, `dx`).
     pub dtype: FloatFormat,
+    /// dtype of every other input and output (`dtype`, or f32 in a mixed precision).
+    pub param_dtype: FloatFormat,
     /// Op.
     pub op: Op,
     /// Layout.
@@ -77,6 +146,18 @@ pub struct SuiteCase {
 }
 
 impl SuiteCase {
+    /// The case's precision.
+    pub fn precision(&self) -> Precision {
+        Precision {
+            act: self.dtype,
+            param: self.param_dtype,
+        }
+    }
+
+    /// The dtype of input or output `name`.
+    pub fn dtype_of(&self, name: &str) -> FloatFormat {
+        self.precision().of(name)
+    }
     /// The exact problem (inputs are exact dyadic values of the dtype).
     pub fn problem(&self) -> Problem {
         let geom =
@@ -132,6 +213,8 @@ impl SuiteCase {
             layout: bnconf_impl::Layout::from_name(self.layout.name()).expect("same layout names"),
             shape: self.shape.clone(),
             dtype: bnconf_impl::Dtype::from_name(self.dtype.name()).expect("same dtype names"),
+            param_dtype: bnconf_impl::Dtype::from_name(self.param_dtype.name())
+                .expect("same dtype names"),
             eps: self.eps.parse::<f64>().expect("decimal eps"),
             inputs: self.inputs.clone(),
             params: bnconf_impl::Params {
@@ -157,6 +240,7 @@ impl SuiteCase {
             "layout": self.layout.name(),
             "shape": self.shape,
             "dtype": self.dtype.name(),
+            "param_dtype": self.param_dtype.name(),
             "eps": eps_num,
             "eps_exact": bnconf_spec::exact::fmt_rational(&bnconf_spec::exact::parse::parse_rational(&self.eps).expect("valid")),
             "inputs": self.op.inputs(),
@@ -165,6 +249,11 @@ impl SuiteCase {
             "class": self.class,
             "target": self.target,
         });
+        if self.dtype == FloatFormat::BF16 || self.param_dtype == FloatFormat::BF16 {
+            v.as_object_mut()
+                .expect("object")
+                .insert("bf16_storage".into(), json!("u16-bits"));
+        }
         if let (Some(a), Some(conv)) = (&self.momentum, self.convention) {
             let num: serde_json::Number =
                 serde_json::from_str(a).expect("momentum is a JSON number literal");
@@ -543,13 +632,27 @@ pub struct Filter {
     pub layouts: Vec<Layout>,
 }
 
-/// Generate suite `name` for the dtypes given.
+/// Generate suite `name` for the dtypes given (each a uniform precision).
 pub fn generate(name: &str, dtypes: &[FloatFormat], seed: u64, filter: &Filter) -> Option<Suite> {
+    let precs: Vec<Precision> = dtypes.iter().map(|&f| Precision::uniform(f)).collect();
+    generate_in(name, &precs, seed, filter)
+}
+
+/// Generate suite `name` in the precisions given. A mixed precision's cases are drawn as the
+/// activations' dtype's (same classes, same random stream as that dtype's suite) with every
+/// per-channel input rounded to the parameters' dtype instead.
+pub fn generate_in(
+    name: &str,
+    precisions: &[Precision],
+    seed: u64,
+    filter: &Filter,
+) -> Option<Suite> {
     let levels = suite_levels(name)?;
     let root = Rng::new(seed);
     let mut cases = Vec::new();
     let mut excluded = Vec::new();
-    for &dtype in dtypes {
+    for &prec in precisions {
+        let dtype = prec.act;
         for class in classes(dtype, &levels) {
             for op in Op::ALL {
                 let handed_in = !matches!(op, Op::Forward | Op::Backward);
@@ -564,15 +667,24 @@ pub fn generate(name: &str, dtypes: &[FloatFormat], seed: u64, filter: &Filter) 
                     {
                         continue;
                     }
-                    let id = format!(
+                    // The random stream is the activations' dtype's: a mixed precision's case
+                    // draws the same data as the uniform one, rounded differently.
+                    let stream = format!(
                         "{}.{}.{}.{}",
                         op.name(),
                         layout.name(),
                         dtype.name(),
                         class.name
                     );
-                    let mut rng = root.fork(&id);
-                    let case = make_case(&mut rng, id.clone(), &class, dtype, op, layout);
+                    let id = format!(
+                        "{}.{}.{}.{}",
+                        op.name(),
+                        layout.name(),
+                        prec.name(),
+                        class.name
+                    );
+                    let mut rng = root.fork(&stream);
+                    let case = make_case(&mut rng, id.clone(), &class, prec, op, layout);
                     // Range classes: a handed-in statistic (E[x²] of huge data, say) can
                     // overflow the dtype; such a case cannot be written, so it is left out.
                     if let Some(name) = case
@@ -580,7 +692,10 @@ pub fn generate(name: &str, dtypes: &[FloatFormat], seed: u64, filter: &Filter) 
                         .iter()
                         .find_map(|(n, v)| v.iter().any(|x| !x.is_finite()).then_some(n))
                     {
-                        excluded.push((id, format!("input {name} overflows {}", dtype.name())));
+                        excluded.push((
+                            id,
+                            format!("input {name} overflows {}", case.dtype_of(name).name()),
+                        ));
                         continue;
                     }
                     match ill_posed(&case) {
@@ -640,7 +755,9 @@ fn shard_count_for(k: ShapeKind) -> usize {
 /// all non-empty and unequal; unequal with one empty shard carrying stale statistics; all
 /// equal — the seed's special case), each non-empty shard's mean and E[x²] computed exactly
 /// from its cells drawn from the class and rounded to the dtype.
-fn make_sync_stats_case(rng: &mut Rng, id: String, class: &Class, dtype: FloatFormat) -> SuiteCase {
+fn make_sync_stats_case(rng: &mut Rng, id: String, class: &Class, prec: Precision) -> SuiteCase {
+    // Cells are activations; the shards' statistics are in the parameters' dtype.
+    let (dtype, pdt) = (prec.act, prec.param);
     let c = shape_for(Layout::Rows, class.shape)[0];
     let r = shard_count_for(class.shape);
     let pattern = rng.below(3);
@@ -660,9 +777,9 @@ fn make_sync_stats_case(rng: &mut Rng, id: String, class: &Class, dtype: FloatFo
             if n == 0 {
                 // An empty replica's stale statistics: finite, far from the others.
                 let spread = 50.0 * (sd + 1.0);
-                let stale = to_dtype(mu + spread * rng.range(-1.0, 1.0), dtype);
+                let stale = to_dtype(mu + spread * rng.range(-1.0, 1.0), pdt);
                 means[ch * r + s] = stale;
-                m2s[ch * r + s] = to_dtype(stale * stale + spread * rng.range(1.0, 4.0), dtype);
+                m2s[ch * r + s] = to_dtype(stale * stale + spread * rng.range(1.0, 4.0), pdt);
                 continue;
             }
             let drawn: Vec<f64> = (0..n as usize)
@@ -675,8 +792,8 @@ fn make_sync_stats_case(rng: &mut Rng, id: String, class: &Class, dtype: FloatFo
             }
             let cells: Vec<QSqrt> = drawn.iter().map(|&v| q(v)).collect();
             let (mean, e2) = exact_mean_m2(&cells);
-            means[ch * r + s] = round_q(&mean, dtype);
-            m2s[ch * r + s] = round_q(&e2, dtype);
+            means[ch * r + s] = round_q(&mean, pdt);
+            m2s[ch * r + s] = round_q(&e2, pdt);
         }
     }
     let mut inputs = BTreeMap::new();
@@ -692,6 +809,7 @@ fn make_sync_stats_case(rng: &mut Rng, id: String, class: &Class, dtype: FloatFo
         class: class.name.clone(),
         target: class.target.to_string(),
         dtype,
+        param_dtype: pdt,
         op: Op::SyncStats,
         layout: Layout::Rows,
         shape: vec![c, r],
@@ -718,13 +836,15 @@ fn make_case(
     rng: &mut Rng,
     id: String,
     class: &Class,
-    dtype: FloatFormat,
+    prec: Precision,
     op: Op,
     layout: Layout,
 ) -> SuiteCase {
     if op == Op::SyncStats {
-        return make_sync_stats_case(rng, id, class, dtype);
+        return make_sync_stats_case(rng, id, class, prec);
     }
+    // Activations in `dtype`, every per-channel input in `pdt`.
+    let (dtype, pdt) = (prec.act, prec.param);
     let shape = shape_for(layout, class.shape);
     let geom = Geometry::new(layout, &shape, usize::MAX).expect("valid");
     let (c, m) = (geom.c, geom.m);
@@ -775,12 +895,12 @@ fn make_case(
                         } else {
                             rng.range(0.5, 2.0)
                         },
-                        dtype,
+                        pdt,
                     )
                 })
                 .collect(),
             "beta" => (0..c)
-                .map(|_| to_dtype(rng.range(-1.0, 1.0), dtype))
+                .map(|_| to_dtype(rng.range(-1.0, 1.0), pdt))
                 .collect(),
             _ => continue,
         };
@@ -795,11 +915,11 @@ fn make_case(
             for ch in 0..c {
                 let row: Vec<QSqrt> = xs[ch][..m].iter().map(|&x| q(x)).collect();
                 let (mu, v) = bnconf_spec::channel::batch_stats(&row);
-                let (mu, v) = (round_q(&mu, dtype), round_q(&v, dtype));
+                let (mu, v) = (round_q(&mu, pdt), round_q(&v, pdt));
                 if class.far_stats {
                     let sd = centers[ch].1.max(1e-3);
-                    mean.push(to_dtype(mu + 3.0 * sd * rng.range(-1.0, 1.0), dtype));
-                    var.push(to_dtype(v * rng.range(0.25, 4.0) + sd * sd * 0.5, dtype));
+                    mean.push(to_dtype(mu + 3.0 * sd * rng.range(-1.0, 1.0), pdt));
+                    var.push(to_dtype(v * rng.range(0.25, 4.0) + sd * sd * 0.5, pdt));
                 } else {
                     mean.push(mu);
                     var.push(v);
@@ -816,13 +936,13 @@ fn make_case(
                 let all: Vec<QSqrt> = xs[ch].iter().map(|&x| q(x)).collect();
                 let n = QSqrt::int(all.len() as i64);
                 let (mu_q, e2_q) = exact_mean_m2(&all);
-                let (mut mu, mut e2) = (round_q(&mu_q, dtype), round_q(&e2_q, dtype));
+                let (mut mu, mut e2) = (round_q(&mu_q, pdt), round_q(&e2_q, pdt));
                 if class.far_stats {
                     let sd = centers[ch].1.max(1e-3);
-                    mu = to_dtype(mu + 2.0 * sd, dtype);
+                    mu = to_dtype(mu + 2.0 * sd, pdt);
                     e2 = to_dtype(
                         e2 + 4.0 * sd * sd * rng.range(1.0, 2.0) + 4.0 * sd * (mu - 2.0 * sd).abs(),
-                        dtype,
+                        pdt,
                     );
                 }
                 mean.push(mu);
@@ -844,7 +964,7 @@ fn make_case(
                             sdy = sdy + &d;
                             sdyx = sdyx + &(&d * &(&(xv - &muq) * &r));
                         }
-                        (round_q(&(&sdy / &n), dtype), round_q(&(&sdyx / &n), dtype))
+                        (round_q(&(&sdy / &n), pdt), round_q(&(&sdyx / &n), pdt))
                     } else {
                         (0.0, 0.0)
                     };
@@ -865,8 +985,8 @@ fn make_case(
             let (mut rm, mut rv) = (Vec::new(), Vec::new());
             for &(mu, sd) in &centers {
                 let s = sd.max(1e-3);
-                rm.push(to_dtype(mu + far * 2.0 * s * rng.range(-1.0, 1.0), dtype));
-                rv.push(to_dtype(s * s * rng.range(0.25, 4.0) * far, dtype));
+                rm.push(to_dtype(mu + far * 2.0 * s * rng.range(-1.0, 1.0), pdt));
+                rv.push(to_dtype(s * s * rng.range(0.25, 4.0) * far, pdt));
             }
             inputs.insert("running_mean".into(), rm);
             inputs.insert("running_var".into(), rv);
@@ -885,6 +1005,7 @@ fn make_case(
         class: class.name.clone(),
         target: class.target.to_string(),
         dtype,
+        param_dtype: pdt,
         op,
         layout,
         shape,
@@ -924,9 +1045,14 @@ fn round_q(v: &QSqrt, f: FloatFormat) -> f64 {
 /// when `q ≤ 0` (undefined). Returns the reason.
 pub fn ill_posed(case: &SuiteCase) -> Option<String> {
     let p = case.problem();
+    // q depends on the activations (forward, backward) or on the handed-in statistics.
+    let q_dtype = match case.op {
+        Op::Forward | Op::Backward => case.dtype,
+        _ => case.param_dtype,
+    };
     let u = Rational::new(
         1.into(),
-        num_bigint::BigInt::from(1u8) << case.dtype.precision(),
+        num_bigint::BigInt::from(1u8) << q_dtype.precision(),
     );
     let eps = QSqrt::rational(p.eps.clone());
     for c in 0..p.geom.c {
@@ -966,11 +1092,18 @@ pub fn ill_posed(case: &SuiteCase) -> Option<String> {
 
 /// The suite's manifest (`bnconf-suite/1`).
 pub fn manifest_json(s: &Suite, dtype: FloatFormat, filter: &Filter) -> Value {
+    manifest_json_in(s, Precision::uniform(dtype), filter)
+}
+
+/// The suite's manifest (`bnconf-suite/1`) in a precision (`dtype` is its name, e.g.
+/// `f16+f32`; `param_dtype` the parameters' dtype).
+pub fn manifest_json_in(s: &Suite, prec: Precision, filter: &Filter) -> Value {
     json!({
         "format": "bnconf-suite/1",
         "suite": s.name,
         "seed": s.seed,
-        "dtype": dtype.name(),
+        "dtype": prec.name(),
+        "param_dtype": prec.param.name(),
         "ops": filter.ops.iter().map(|o| o.name()).collect::<Vec<_>>(),
         "layouts": filter.layouts.iter().map(|l| l.name()).collect::<Vec<_>>(),
         "cases": s.cases.iter().map(|c| c.id.clone()).collect::<Vec<_>>(),

@@ -93,9 +93,9 @@ use crate::error::ConfError;
 use crate::judge::check::{self, CaseResult, Prepared, Verdict};
 use crate::par::*;
 use crate::report::fmt_ratio;
-use crate::suite::{self, Filter, SuiteCase};
+use crate::suite::{self, Filter, Precision, SuiteCase};
 use bnconf_spec::exact::parse::parse_rational;
-use bnconf_spec::exact::round::{f64_to_rational, FloatFormat};
+use bnconf_spec::exact::round::f64_to_rational;
 use bnconf_spec::op::{Convention, Params};
 use bnconf_spec::{Geometry, Layout, Op, Problem, QSqrt};
 use std::collections::BTreeMap;
@@ -122,8 +122,11 @@ pub struct KernelCase {
     pub layout: String,
     /// Shape of the cell arrays (`x`, `dy`, `y`, `dx`), in the layout's order.
     pub shape: Vec<usize>,
-    /// dtype name (`f32`, `f64`).
+    /// dtype name of the activations `x`, `dy`, `y`, `dx` (`f32`, `f64`, `f16`, `bf16`).
     pub dtype: String,
+    /// dtype name of every other input and output: `dtype`, or `f32` for the mixed
+    /// precisions `f16+f32` and `bf16+f32`.
+    pub param_dtype: String,
     /// eps, the nearest f64 of [`KernelCase::eps_exact`] (a kernel rounds it to its working
     /// type; the reference uses the exact value).
     pub eps: f64,
@@ -227,6 +230,7 @@ impl KernelCase {
             layout: c.layout.name().to_string(),
             shape: c.shape.clone(),
             dtype: c.dtype.name().to_string(),
+            param_dtype: c.param_dtype.name().to_string(),
             eps: c.eps.parse::<f64>().expect("generated eps is a decimal"),
             eps_exact: c.eps.clone(),
             inputs: c.inputs.clone(),
@@ -249,7 +253,12 @@ impl KernelCase {
             Op::from_name(&self.op).ok_or_else(|| ConfError::field("op", unknown(&self.op)))?;
         let layout = Layout::from_name(&self.layout)
             .ok_or_else(|| ConfError::field("layout", unknown(&self.layout)))?;
-        let dtype = parse_dtype(&self.dtype)?;
+        let mut prec = parse_precision(&self.dtype)?;
+        if !self.param_dtype.is_empty() && !prec.is_mixed() {
+            prec.param = parse_precision(&self.param_dtype)
+                .map_err(|_| ConfError::field("param_dtype", unknown(&self.param_dtype)))?
+                .act;
+        }
         let geom = Geometry::new(layout, &self.shape, 1 << 27)
             .map_err(|e| ConfError::field("shape", e.to_string()))?;
         let eps_text = if self.eps_exact.is_empty() {
@@ -277,6 +286,7 @@ impl KernelCase {
                 let field = || format!("inputs.{name}[{i}]");
                 let r = f64_to_rational(v)
                     .ok_or_else(|| ConfError::field(field(), format!("{v} is not finite")))?;
+                let dtype = prec.of(name);
                 if suite::to_dtype(v, dtype) != v {
                     return Err(ConfError::field(
                         field(),
@@ -306,7 +316,8 @@ impl KernelCase {
             level: suite::Level::from_name(&self.level).unwrap_or(suite::Level::Conditioning),
             class: self.class.clone(),
             target: String::new(),
-            dtype,
+            dtype: prec.act,
+            param_dtype: prec.param,
             op,
             layout,
             shape: self.shape.clone(),
@@ -336,23 +347,21 @@ fn exact_decimal_of(v: f64, field: &str) -> Result<String, ConfError> {
     })
 }
 
-/// A dtype name: bnconf's (`f32`, `f64`) or numpy's (`float32`, `float64`).
-pub fn parse_dtype(name: &str) -> Result<FloatFormat, ConfError> {
-    let canonical = match name {
-        "float64" | "double" => "f64",
-        "float32" | "float" => "f32",
-        "float16" | "half" => "f16",
-        "bfloat16" => "bf16",
-        other => other,
-    };
-    match FloatFormat::from_name(canonical) {
-        Some(f @ (FloatFormat::F32 | FloatFormat::F64)) => Ok(f),
-        Some(_) => Err(ConfError::field(
-            "dtype",
-            format!("{name:?}: the suites are generated in f32 or f64"),
-        )),
-        None => Err(ConfError::field("dtype", unknown(name))),
-    }
+/// A precision name: bnconf's (`f32`, `f64`, `f16`, `bf16`, `f16+f32`, `bf16+f32`) or
+/// numpy's (`float32`, `float64`, `float16`, `bfloat16`, `float16+float32`, ...).
+pub fn parse_precision(name: &str) -> Result<Precision, ConfError> {
+    let canonical: Vec<&str> = name
+        .split('+')
+        .map(|part| match part.trim() {
+            "float64" | "double" => "f64",
+            "float32" | "float" => "f32",
+            "float16" | "half" => "f16",
+            "bfloat16" => "bf16",
+            other => other,
+        })
+        .collect();
+    Precision::from_name(&canonical.join("+"))
+        .ok_or_else(|| ConfError::field("dtype", unknown(name)))
 }
 
 /// What to run: a suite, a dtype, optional op and layout filters and the seed.
@@ -404,7 +413,7 @@ pub fn cases(options: &Options) -> Result<Vec<KernelCase>, ConfError> {
 }
 
 fn generate(o: &Options) -> Result<suite::Suite, ConfError> {
-    let dtype = parse_dtype(&o.dtype)?;
+    let prec = parse_precision(&o.dtype)?;
     let mut filter = Filter::default();
     for name in &o.ops {
         filter
@@ -416,7 +425,7 @@ fn generate(o: &Options) -> Result<suite::Suite, ConfError> {
             Layout::from_name(name).ok_or_else(|| ConfError::field("layouts", unknown(name)))?,
         );
     }
-    let s = suite::generate(&o.suite, &[dtype], o.seed, &filter)
+    let s = suite::generate_in(&o.suite, &[prec], o.seed, &filter)
         .ok_or_else(|| ConfError::field("suite", unknown(&o.suite)))?;
     if s.cases.is_empty() {
         return Err(ConfError::field(
@@ -492,10 +501,10 @@ where
         .map(|(p, out)| match out {
             None => p.unsupported("the kernel returned None"),
             Some(out) => {
-                let f = p.case.dtype;
                 let rounded: Outputs = out
                     .iter()
                     .map(|(k, v)| {
+                        let f = p.case.dtype_of(k);
                         (
                             k.clone(),
                             v.iter().map(|&x| suite::to_dtype(x, f)).collect(),

@@ -576,6 +576,7 @@ fn build(sh: &Shape, d: &Draw) -> Option<SuiteCase> {
         class,
         target: sh.class.target().to_string(),
         dtype,
+        param_dtype: dtype,
         op: sh.op,
         layout: sh.layout,
         shape,
