@@ -172,6 +172,27 @@ fn recipes() -> Vec<Recipe> {
             )
         },
         Recipe {
+            defect: Some(Defect::ZeroGammaDropsBeta),
+            ..bad(
+                "bad-gamma-zero",
+                "KNOWN BAD: returns y = 0 on a channel whose gamma is 0 (a pruned-channel \
+                 shortcut that forgets beta: the right answer there is y = beta). Only \
+                 visible where some gamma is 0. Otherwise twopass-native.",
+                &[Op::Forward, Op::Eval, Op::SyncForward],
+            )
+        },
+        Recipe {
+            defect: Some(Defect::EpsHalf),
+            ..bad(
+                "bad-eps-f16",
+                "KNOWN BAD: eps rounded to f16 before use (1e-5 → 1.0014e-5, 0.1 → 0.09998), \
+                 as a kernel that stores its scalar arguments in a half type; invisible in \
+                 f16 outputs where eps ≪ var, visible in f32/f64 and in the f32 statistics \
+                 of mixed precision. Otherwise twopass-native.",
+                ALL_OPS,
+            )
+        },
+        Recipe {
             defect: Some(Defect::Rsqrt12),
             ..bad(
                 "bad-rsqrt12",

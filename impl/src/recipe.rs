@@ -3,7 +3,7 @@
 //! the layout to channels, computes each channel in the working type, and rounds every output
 //! to the case dtype at the end.
 
-use crate::layout::{channel_cells, element_count};
+use crate::layout::{channel_cells, channel_dims};
 use crate::real::Real;
 use crate::stats::{Moments, Summation, WelfordState};
 use crate::{Case, Dtype, Kernel, Op, Outputs, Unsupported, Verdict};
@@ -55,6 +55,12 @@ pub(crate) enum Defect {
     /// `sync_stats` clamps every count to at least 1, so an empty replica's stale statistics
     /// enter with weight 1.
     EmptyShardCountsOne,
+    /// `y = 0` on a channel whose `gamma` is 0 (a "pruned channel" shortcut that forgets
+    /// `beta`).
+    ZeroGammaDropsBeta,
+    /// `eps` held in f16 (as a kernel that stores its scalar arguments in the storage type
+    /// would): 1e-5 becomes 1.0014e-5, 0.1 becomes 0.09998.
+    EpsHalf,
 }
 
 pub(crate) struct Recipe {
@@ -95,10 +101,10 @@ impl Kernel for Recipe {
 }
 
 /// Checks the layout, the inputs the op needs and their lengths, and `eps`; returns the
-/// channel cells.
+/// channel cells. Everything is checked from the shape alone before the cell table (one index
+/// per element) is built, so a shape that disagrees with its inputs costs nothing.
 pub fn validate(case: &Case) -> Result<Vec<Vec<usize>>, String> {
-    let (c, m, cells) = channel_cells(case.layout, &case.shape)?;
-    let n = element_count(&case.shape)?;
+    let (c, m, n) = channel_dims(case.layout, &case.shape)?;
     if case.op == Op::SyncStats && case.layout != crate::Layout::Rows {
         return Err("op `sync_stats` takes layout `rows` (shape [C, R])".into());
     }
@@ -135,6 +141,7 @@ pub fn validate(case: &Case) -> Result<Vec<Vec<usize>>, String> {
     if !case.eps.is_finite() {
         return Err(format!("eps = {} is not finite", case.eps));
     }
+    let (_, _, cells) = channel_cells(case.layout, &case.shape)?;
     Ok(cells)
 }
 
@@ -150,10 +157,15 @@ type ChannelOut<A> = Vec<(&'static str, Vec<A>)>;
 
 impl<'a, A: Real> Driver<'a, A> {
     fn new(r: &'a Recipe, case: &'a Case) -> Self {
+        let eps = if r.defect == Some(Defect::EpsHalf) {
+            crate::Dtype::F16.round(case.eps)
+        } else {
+            case.eps
+        };
         Driver {
             r,
             case,
-            eps: A::of(case.eps),
+            eps: A::of(eps),
         }
     }
 
@@ -374,6 +386,9 @@ impl<'a, A: Real> Driver<'a, A> {
 
     /// `y = gamma * ((x - mean) * r) + beta`.
     fn normalize(&self, x: &[A], mean: A, r: A, gamma: A, beta: A) -> Vec<A> {
+        if self.r.defect == Some(Defect::ZeroGammaDropsBeta) && gamma == A::ZERO {
+            return vec![A::ZERO; x.len()];
+        }
         x.iter().map(|&v| gamma * ((v - mean) * r) + beta).collect()
     }
 

@@ -560,6 +560,18 @@ fn classes(dtype: FloatFormat, level_filter: &[Level]) -> Vec<Class> {
             shape: ShapeKind::Small,
             far_stats: true,
         },
+        Class {
+            name: GAMMA_ZERO.into(),
+            level: Level::Conditioning,
+            target:
+                "gamma = 0 on channels 0 and 2 (pruned or frozen channels): y = beta there, dx = 0",
+            center: |r, _, _| (r.range(-2.0, 2.0), r.range(0.5, 2.0)),
+            param: 0.0,
+            eps: "1e-5",
+            kind: Kind::Plain,
+            shape: ShapeKind::Small,
+            far_stats: false,
+        },
     ]);
     let (big, small) = if f32ish {
         (1e19, 1e-21)
@@ -593,6 +605,9 @@ fn classes(dtype: FloatFormat, level_filter: &[Level]) -> Vec<Class> {
     v.retain(|c| level_filter.contains(&c.level));
     v
 }
+
+/// The class whose even channels have `gamma = 0`.
+const GAMMA_ZERO: &str = "gamma-zero";
 
 /// Names of the suites.
 pub const SUITES: [&str; 2] = ["default", "extreme"];
@@ -888,15 +903,21 @@ fn make_case(
             "x" => to_layout(&xs),
             "dy" => to_layout(&dys),
             "gamma" => (0..c)
-                .map(|_| {
-                    to_dtype(
+                .map(|ch| {
+                    let g = to_dtype(
                         if rng.below(4) == 0 {
                             -rng.range(0.5, 2.0)
                         } else {
                             rng.range(0.5, 2.0)
                         },
                         pdt,
-                    )
+                    );
+                    // Drawn either way, so the stream stays that of the other classes.
+                    if class.name == GAMMA_ZERO && ch % 2 == 0 {
+                        0.0
+                    } else {
+                        g
+                    }
                 })
                 .collect(),
             "beta" => (0..c)

@@ -205,6 +205,7 @@ struct Draw {
     ints: Vec<i32>,
     dy: Vec<f64>,
     dy_shift: f64,
+    /// Per channel: |gamma| (0 for about one channel in ten) and its sign.
     gamma: Vec<(f64, bool)>,
     beta: Vec<f64>,
     /// Per channel: perturbation of the handed-in statistics, each in [-1, 1].
@@ -248,7 +249,14 @@ fn draw_strategy(sh: &Shape) -> impl Strategy<Value = Draw> {
             prop::collection::vec(-16..=16i32, cells),
             prop::collection::vec(gauss(), cells),
             prop_oneof![3 => Just(0.0), 1 => -5.0..5.0f64],
-            prop::collection::vec((0.5..2.0f64, prop::bool::weighted(0.25)), c),
+            prop::collection::vec(
+                prop_oneof![
+                    9 => (0.5..2.0f64, prop::bool::weighted(0.25)),
+                    // gamma = 0: a pruned or frozen channel (y = beta there).
+                    1 => Just((0.0, false)),
+                ],
+                c,
+            ),
             prop::collection::vec(-1.0..1.0f64, c),
             prop::collection::vec((-1.0..=1.0f64, -1.0..=1.0f64), c),
         ),
