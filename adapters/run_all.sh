@@ -9,6 +9,11 @@
 #                                            peers through adapters/rust/run.sh if it exists
 #        bash adapters/run_all.sh --torch    also torch_bn (PyTorch on CPU; bash adapters/setup.sh --torch;
 #                                            TORCH_BN_DEVICE=cuda on a GPU machine)
+#        bash adapters/run_all.sh --stablehlo  only the StableHLO adapter (bash adapters/setup.sh --stablehlo;
+#                                            its venv adapters/.venv-stablehlo): shlo_xla, shlo_iree and
+#                                            their diagnostics (docs/ADAPTERS.md, "StableHLO"); with
+#                                            --heavy/--torch also the cheap set and those
+#        SHLO_ENGINES=xla ... --stablehlo            only the XLA engine (default: "xla iree")
 #        ADAPTERS_HEAVY=1 bash adapters/run_all.sh   same as --heavy
 #        RUST_PEERS=0 ... --heavy                    skip adapters/rust/run.sh
 # Needs: bash adapters/setup.sh (the venv), and a built bnconf:
@@ -19,14 +24,21 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 HEAVY=${ADAPTERS_HEAVY:-0}
 TORCH=0
+STABLEHLO=0
 for arg in "$@"; do
   case $arg in
     --heavy) HEAVY=1 ;;
     --torch) TORCH=1 ;;
-    *) echo "usage: bash adapters/run_all.sh [--heavy] [--torch]" >&2; exit 2 ;;
+    --stablehlo) STABLEHLO=1 ;;
+    *) echo "usage: bash adapters/run_all.sh [--heavy] [--torch] [--stablehlo]" >&2; exit 2 ;;
   esac
 done
+# --stablehlo alone runs only the StableHLO set (its own venv); the cheap set needs adapters/.venv
+MAIN=1
+if [ "$STABLEHLO" = 1 ] && [ "$HEAVY" = 0 ] && [ "$TORCH" = 0 ]; then MAIN=0; fi
 PY=${PY:-adapters/.venv/bin/python}
+SHLO_PY=${SHLO_PY:-adapters/.venv-stablehlo/bin/python}
+SHLO_ENGINES=${SHLO_ENGINES:-xla iree}
 BNCONF=${BNCONF:-}
 usable() { [ -x "$1" ] && "$1" check --help 2>/dev/null | grep -q -- '--exec'; }
 if [ -z "$BNCONF" ]; then
@@ -36,7 +48,20 @@ if [ -z "$BNCONF" ]; then
 fi
 usable "$BNCONF" || { echo "run_all.sh: no working bnconf binary with 'check --exec' (set BNCONF=...)" >&2; exit 2; }
 echo "bnconf: $BNCONF"
-[ -x "$PY" ] || { echo "run_all.sh: no $PY (run bash adapters/setup.sh)" >&2; exit 2; }
+if [ "$MAIN" = 1 ]; then
+  [ -x "$PY" ] || { echo "run_all.sh: no $PY (run bash adapters/setup.sh)" >&2; exit 2; }
+fi
+if [ "$STABLEHLO" = 1 ]; then
+  for e in $SHLO_ENGINES; do
+    case $e in
+      xla) mod=jax ;;
+      iree) mod=iree.compiler ;;
+      *) echo "run_all.sh: SHLO_ENGINES: unknown engine $e (xla, iree)" >&2; exit 2 ;;
+    esac
+    [ -x "$SHLO_PY" ] && "$SHLO_PY" -c "import $mod" 2>/dev/null || {
+      echo "run_all.sh: --stablehlo needs $mod in $SHLO_PY (run bash adapters/setup.sh --stablehlo)" >&2; exit 2; }
+  done
+fi
 if [ "$HEAVY" = 1 ] && ! "$PY" -c 'import jax, flax, tensorflow' 2>/dev/null; then
   echo "run_all.sh: --heavy needs jax, flax and tensorflow in $PY (run bash adapters/setup.sh --heavy)" >&2
   exit 2
@@ -54,13 +79,14 @@ run() {
   shift 4
   local base=adapters/results/$name-$dtype
   # shellcheck disable=SC2086  # $envs: zero or more VAR=value words
-  env $envs "$BNCONF" check --suite default --dtype "$dtype" "$@" --exec "$PY adapters/$script" \
+  env $envs "$BNCONF" check --suite default --dtype "$dtype" "$@" --exec "${RUN_PY:-$PY} adapters/$script" \
     --report "$base.json" > "$base.txt" 2> "$base.stderr.txt"
   local rc=$?
   echo "$name $dtype${envs:+ ($envs)}: exit $rc ($(tail -n1 "$base.txt"))"
   if [ "$rc" -ge 2 ]; then worst=$rc; tail -n 30 "$base.stderr.txt" >&2; fi
 }
 
+if [ "$MAIN" = 1 ]; then
 for dtype in f32 f64; do
   run numpy_bn numpy_bn.py $dtype ""
   run onnxruntime_bn onnxruntime_bn.py $dtype ""
@@ -68,6 +94,7 @@ done
 # Diagnostic: ORT in f64 with eps folded into the handed-in variance (see onnxruntime_bn.py),
 # to separate the float32 epsilon attribute from ORT's own arithmetic.
 run onnxruntime_bn_epsfold onnxruntime_bn.py f64 "ORT_BN_EPS=fold" --ops eval,sync_forward
+fi
 
 if [ "$HEAVY" = 1 ]; then
   for dtype in f32 f64; do
@@ -95,5 +122,28 @@ if [ "$TORCH" = 1 ]; then
   # Diagnostic: running_update through torch.native_batch_norm, which skips F.batch_norm's
   # refusal of one value per channel (its running variance is then 0/0).
   run torch_bn_native torch_bn.py f32 "TORCH_BN_NATIVE=1" --ops running_update
+fi
+if [ "$STABLEHLO" = 1 ]; then
+  # adapters/stablehlo/shlo_bn.py: StableHLO's batch_norm_* ops (and templates) on nchw/nhwc.
+  RUN_PY=$SHLO_PY
+  ex=stablehlo/examples
+  for e in $SHLO_ENGINES; do
+    t0=$SECONDS
+    shlo="stablehlo/shlo_bn.py --engine $e"
+    for dtype in f32 f64; do
+      run shlo_$e "$shlo" $dtype "" --ops forward,backward,eval --layouts nchw,nhwc
+      # the two-pass forward template conforms; the one-pass one (what both compilers expand
+      # batch_norm_training into) is rejected
+      run shlo_${e}_twopass "$shlo --module adapters/$ex/two_pass_forward.mlir" $dtype "" --ops forward --layouts nchw,nhwc
+      run shlo_${e}_onepass "$shlo --module adapters/$ex/one_pass_forward.mlir" $dtype "" --ops forward --layouts nchw,nhwc
+    done
+    # Diagnostics of the f32 `epsilon` attribute in f64: eval with eps folded into the variance
+    # (full-precision eps), and the built-in ops judged against float32(eps) (vs_eps32.py)
+    run shlo_${e}_epsfold "$shlo" f64 "SHLO_BN_EPS=fold" --ops eval --layouts nchw,nhwc
+    run shlo_${e}_vs_eps32 "stablehlo/vs_eps32.py $SHLO_PY adapters/$shlo" f64 "BNCONF=$BNCONF" \
+      --ops forward,backward,eval --layouts nchw,nhwc
+    echo "stablehlo engine $e: $((SECONDS - t0)) s"
+  done
+  unset RUN_PY
 fi
 exit $worst

@@ -5,16 +5,29 @@
 #                                          (requirements-heavy.txt, about 2 GB installed), same venv
 #        bash adapters/setup.sh --torch    also PyTorch (requirements-torch.txt: PyPI's CUDA build,
 #                                          about 5 GB with its nvidia-* wheels; runs on CPU too)
+#        bash adapters/setup.sh --stablehlo  only the StableHLO adapter's own venv
+#                                          adapters/.venv-stablehlo (adapters/stablehlo/requirements.txt:
+#                                          jax/jaxlib for XLA:CPU, iree-base-compiler/-runtime);
+#                                          adapters/.venv is made too only if --heavy/--torch is also given
 set -euo pipefail
 cd "$(dirname "$0")/.."
 reqs=(-r adapters/requirements.txt)
+main_venv=1
+stablehlo=0
 for arg in "$@"; do
   case $arg in
-    --heavy) reqs+=(-r adapters/requirements-heavy.txt) ;;
-    --torch) reqs+=(-r adapters/requirements-torch.txt) ;;
-    *) echo "usage: bash adapters/setup.sh [--heavy] [--torch]" >&2; exit 2 ;;
+    --heavy) reqs+=(-r adapters/requirements-heavy.txt); main_venv=2 ;;
+    --torch) reqs+=(-r adapters/requirements-torch.txt); main_venv=2 ;;
+    --stablehlo) stablehlo=1 ;;
+    *) echo "usage: bash adapters/setup.sh [--heavy] [--torch] [--stablehlo]" >&2; exit 2 ;;
   esac
 done
+if [ "$stablehlo" = 1 ]; then
+  python3 -m venv adapters/.venv-stablehlo
+  adapters/.venv-stablehlo/bin/pip install --quiet --upgrade pip
+  adapters/.venv-stablehlo/bin/pip install -r adapters/stablehlo/requirements.txt
+  [ "$main_venv" = 2 ] || exit 0
+fi
 python3 -m venv adapters/.venv
 adapters/.venv/bin/pip install --quiet --upgrade pip
 adapters/.venv/bin/pip install "${reqs[@]}"
