@@ -10,6 +10,37 @@ pub(crate) fn element_count(shape: &[usize]) -> Result<usize, String> {
     })
 }
 
+/// `(C, m, n)` for a layout and shape: the channel count, the cells per channel and the
+/// element count, computed from the shape alone (nothing is allocated, so a hostile shape
+/// such as `[1e6, 1e6, 1, 1]` costs nothing). Same errors as [`channel_cells`].
+pub fn channel_dims(layout: Layout, shape: &[usize]) -> Result<(usize, usize, usize), String> {
+    let rank = match layout {
+        Layout::Rows | Layout::Flat => 2,
+        Layout::Chw => 3,
+        Layout::Nchw | Layout::Nhwc => 4,
+    };
+    if shape.len() != rank {
+        return Err(format!(
+            "layout `{}` needs a shape of rank {rank}, got {shape:?}",
+            layout.name()
+        ));
+    }
+    let n = element_count(shape)?;
+    let c = match layout {
+        Layout::Rows | Layout::Flat | Layout::Chw => shape[0],
+        Layout::Nchw => shape[1],
+        Layout::Nhwc => shape[3],
+    };
+    if c == 0 {
+        return Err(format!("shape {shape:?} has no channels"));
+    }
+    let m = n / c;
+    if m == 0 {
+        return Err(format!("shape {shape:?}: every channel is empty"));
+    }
+    Ok((c, m, n))
+}
+
 /// `(C, m, cells)` for a layout and shape: the channel count, the cells per channel, and for
 /// each channel the flat row-major indices of its cells, in row-major order.
 ///
@@ -37,7 +68,7 @@ pub fn channel_cells(
             layout.name()
         ));
     }
-    element_count(shape)?;
+    channel_dims(layout, shape)?;
     // (C, outer, inner): channel c's cells are o*C*inner + c*inner + i for o < outer, i < inner.
     let (c, outer, inner) = match layout {
         Layout::Rows | Layout::Flat => (shape[0], 1, shape[1]),
@@ -129,7 +160,31 @@ mod tests {
     }
 
     #[test]
+    fn dims_agree_with_cells() {
+        for (l, shape) in [
+            (Layout::Rows, vec![3, 5]),
+            (Layout::Flat, vec![1, 7]),
+            (Layout::Chw, vec![3, 1, 5]),
+            (Layout::Nchw, vec![3, 2, 1, 3]),
+            (Layout::Nhwc, vec![1, 3, 2, 4]),
+        ] {
+            let (c, m, cells) = channel_cells(l, &shape).unwrap();
+            let n: usize = shape.iter().product();
+            assert_eq!(channel_dims(l, &shape).unwrap(), (c, m, n), "{l:?} {shape:?}");
+            assert_eq!(cells.len(), c);
+        }
+        // A shape far too large to tabulate is sized without allocating.
+        assert_eq!(
+            channel_dims(Layout::Nchw, &[1_000_000, 1_000_000, 1, 1]).unwrap(),
+            (1_000_000, 1_000_000, 1_000_000_000_000)
+        );
+    }
+
+    #[test]
     fn bad_shapes() {
+        assert!(channel_dims(Layout::Nhwc, &[usize::MAX, 2, 2, 1]).is_err());
+        assert!(channel_dims(Layout::Nchw, &[2, 0, 1, 1]).is_err());
+        assert!(channel_dims(Layout::Nchw, &[0, 2, 1, 1]).is_err());
         assert!(channel_cells(Layout::Nchw, &[2, 3]).is_err());
         assert!(channel_cells(Layout::Rows, &[0, 3]).is_err());
         assert!(channel_cells(Layout::Rows, &[3, 0]).is_err());

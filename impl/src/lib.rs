@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 pub use catalog::{all_kernels, kernel_by_name};
-pub use layout::channel_cells;
+pub use layout::{channel_cells, channel_dims};
 pub use recipe::validate;
 
 /// Defines a field-less enum with `ALL`, `name()`, `from_name()` and `Display`.
