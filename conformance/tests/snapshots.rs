@@ -226,7 +226,7 @@ fn check_report_json() {
     let c = failing_check("check_report_json");
     no_volatile_fields("the JSON report", &c.report.to_string());
     assert_eq!(c.report["format"], "bnconf-report/1");
-    assert_eq!(c.report["summary"]["not_conforming"], 13);
+    assert_eq!(c.report["summary"]["not_conforming"], 14);
     let report = Plain::from(&c.report);
     insta::with_settings!({description => format!("{CHECK_CMD} --report FILE")}, {
         insta::assert_json_snapshot!("check_report_json", report);

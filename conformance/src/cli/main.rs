@@ -76,14 +76,34 @@ enum Cmd {
         /// Output directory.
         #[arg(long)]
         out: PathBuf,
+        /// Only shard K of N (1 ≤ K ≤ N) of the suite's cases, by a hash of the case id: the N
+        /// shards partition the suite (recorded in manifest.json; `check DIR` judges that shard).
+        #[arg(long, value_name = "K/N")]
+        shard: Option<report::shard::Shard>,
     },
     /// Judge the outputs a kernel wrote into DIR, or (with --exec) export, run and judge.
     Check {
         /// A directory written by `bnconf export` and filled by a kernel.
         dir: Option<PathBuf>,
-        /// Export the suite to a temporary directory, run `CMD ARGS DIR`, then judge.
-        #[arg(long)]
+        /// Export the suite to a temporary directory, run `CMD ARGS DIR`, then judge. CMD is
+        /// split into words as a POSIX shell does (quotes, backslashes; no expansion).
+        #[arg(long, value_name = "CMD")]
         exec: Option<String>,
+        /// Run --exec's CMD through `sh -c` (pipes, variables): DIR is `$1` and `$BNCONF_DIR`,
+        /// appended as `"$@"` when CMD names neither.
+        #[arg(long, requires = "exec")]
+        exec_shell: bool,
+        /// Kill the kernel's whole process group when it still runs after SECONDS; the run
+        /// then fails (exit 1).
+        #[arg(long, value_name = "SECONDS", default_value_t = protocol::exec::DEFAULT_TIMEOUT_S)]
+        timeout: u64,
+        /// Export into DIR (new or empty) instead of a temporary directory and keep it, with
+        /// what the kernel wrote.
+        #[arg(long, value_name = "DIR", requires = "exec")]
+        keep_dir: Option<PathBuf>,
+        /// Only shard K of N of the suite's cases (see `export --shard`).
+        #[arg(long, value_name = "K/N")]
+        shard: Option<report::shard::Shard>,
         #[command(flatten)]
         sel: SuiteArgs,
         #[command(flatten)]
@@ -113,6 +133,9 @@ enum Cmd {
         /// Print the failing cases of good kernels in detail.
         #[arg(long)]
         verbose: bool,
+        /// Only shard K of N of the suite's cases (see `export --shard`).
+        #[arg(long, value_name = "K/N")]
+        shard: Option<report::shard::Shard>,
     },
     /// Write the committed golden vector set (default suite, exact + f64 + f32) into DIR.
     Vectors {
@@ -201,9 +224,22 @@ struct ReportArgs {
     /// Unsupported cases count as not conforming.
     #[arg(long)]
     require_all: bool,
-    /// Most failing cases printed in detail.
+    /// Most failing cases printed in detail (worst first).
     #[arg(long, default_value_t = 20)]
     max_details: usize,
+    /// Write a self-contained HTML page (plots of the ratios, worst elements, diagnosis).
+    #[arg(long, value_name = "FILE.html")]
+    html: Option<PathBuf>,
+    /// Accepted failures (`bnconf-expectations/1`): listed failures do not fail the run; a
+    /// new failure does, and so does a listed case that now passes (stale).
+    #[arg(long, value_name = "FILE")]
+    expectations: Option<PathBuf>,
+    /// Write the current failures as an expectations file.
+    #[arg(long, value_name = "FILE")]
+    write_expectations: Option<PathBuf>,
+    /// Skip the diagnosis (running every known-bad kernel on the failing cases).
+    #[arg(long)]
+    no_diagnosis: bool,
 }
 
 fn run(cli: Cli) -> Result<ExitCode, ConfError> {
@@ -256,9 +292,15 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
             bnconf::fast::bench::cli(&a)?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Export { sel, out } => {
-            let (s, dtype, filter) = sel.generate()?;
+        Cmd::Export { sel, out, shard } => {
+            let (mut s, dtype, filter) = sel.generate()?;
+            if let Some(sh) = shard {
+                sh.apply(&mut s);
+            }
             protocol::export(&s, dtype, &filter, &out)?;
+            if let Some(sh) = shard {
+                report::shard::record_in_manifest(&out, sh)?;
+            }
             eprintln!(
                 "bnconf: wrote {} cases of suite {} ({}) to {} ({} excluded as ill-posed or overflowing the dtype: manifest.json says which)",
                 s.cases.len(),
@@ -272,9 +314,23 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
         Cmd::Check {
             dir,
             exec,
+            exec_shell,
+            timeout,
+            keep_dir,
+            shard,
             sel,
             out,
-        } => cmd_check(dir, exec, sel, out),
+        } => {
+            let exec = exec.map(|cmd| ExecArgs {
+                opts: protocol::exec::ExecOptions {
+                    cmd,
+                    shell: exec_shell,
+                    timeout: std::time::Duration::from_secs(timeout),
+                },
+                keep_dir,
+            });
+            cmd_check(dir, exec, shard, sel, out)
+        }
         Cmd::Kernel { list, name, dir } => {
             if list {
                 for k in bnconf_impl::all_kernels() {
@@ -307,7 +363,8 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
             seed,
             kernels: only,
             verbose,
-        } => cmd_run(&suite, seed, &only, verbose),
+            shard,
+        } => cmd_run(&suite, seed, &only, verbose, shard),
         Cmd::Onnx { dirs } => {
             let (rows, table) = if dirs.is_empty() {
                 bnconf::peers::onnx::run_builtin()?
@@ -349,43 +406,113 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
     }
 }
 
+/// `check --exec`: the command and where to run it.
+struct ExecArgs {
+    opts: protocol::exec::ExecOptions,
+    keep_dir: Option<PathBuf>,
+}
+
 fn cmd_check(
     dir: Option<PathBuf>,
-    exec: Option<String>,
+    exec: Option<ExecArgs>,
+    shard: Option<report::shard::Shard>,
     sel: SuiteArgs,
     out: ReportArgs,
 ) -> Result<ExitCode, ConfError> {
-    let (s, dtype, dir, _tmp) = match (dir, exec) {
+    let code = check_inner(dir, exec, shard, sel, out);
+    protocol::exec::main_done();
+    code
+}
+
+fn check_inner(
+    dir: Option<PathBuf>,
+    exec: Option<ExecArgs>,
+    shard: Option<report::shard::Shard>,
+    sel: SuiteArgs,
+    out: ReportArgs,
+) -> Result<ExitCode, ConfError> {
+    // The expectations file is read first: a bad one is exit 2 before any work.
+    let expectations = match &out.expectations {
+        Some(p) => Some(report::expectations::read(p)?),
+        None => None,
+    };
+    let mut harness_failure = None;
+    let (s, dtype, dir, shard, _work) = match (dir, exec) {
         (Some(d), None) => {
             let (s, dtype, _) = protocol::regenerate(&d)?;
-            (s, dtype, d, None)
+            let recorded = report::shard::from_manifest_dir(&d)?;
+            let s = match (recorded, shard) {
+                (Some(r), Some(g)) if r != g => {
+                    return Err(ConfError::field(
+                        "--shard",
+                        format!("{g}, but {} holds shard {r} (manifest.json)", d.display()),
+                    ))
+                }
+                (None, Some(g)) => {
+                    let mut s = s;
+                    g.apply(&mut s);
+                    s
+                }
+                _ => s,
+            };
+            (s, dtype, d, recorded.or(shard), None)
         }
-        (d, Some(cmd)) => {
-            let (s, dtype, filter) = sel.generate()?;
-            let tmp = match d {
-                Some(d) => d,
-                None => std::env::temp_dir().join(format!("bnconf-check-{}", std::process::id())),
+        (d, Some(ex)) => {
+            let keep = match (d, ex.keep_dir) {
+                (Some(a), Some(b)) if a != b => {
+                    return Err(ConfError::field(
+                        "--keep-dir",
+                        format!(
+                            "give DIR or --keep-dir, not both ({} and {})",
+                            a.display(),
+                            b.display()
+                        ),
+                    ))
+                }
+                (a, b) => a.or(b),
             };
-            if tmp.exists() {
-                std::fs::remove_dir_all(&tmp).map_err(|e| ConfError::io(&tmp, e))?;
+            let (mut s, dtype, filter) = sel.generate()?;
+            if let Some(sh) = shard {
+                sh.apply(&mut s);
             }
-            protocol::export(&s, dtype, &filter, &tmp)?;
-            let words: Vec<&str> = cmd.split_whitespace().collect();
-            let Some((prog, args)) = words.split_first() else {
-                return Err(ConfError::field("--exec", "empty command"));
+            let work = match &keep {
+                Some(k) => protocol::exec::WorkDir::kept(k)?,
+                None => protocol::exec::WorkDir::temporary()?,
             };
-            let status = std::process::Command::new(prog)
-                .args(args)
-                .arg(&tmp)
-                .status()
-                .map_err(|e| ConfError::field("--exec", format!("cannot run {prog:?}: {e}")))?;
-            if !status.success() {
+            let tmp = work.path().to_path_buf();
+            if let Some(sig) = protocol::exec::export_into(&work, &s, dtype, &filter, shard)? {
+                drop(work);
+                return Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8));
+            }
+            let shown = format!("`{}` on {}", ex.opts.cmd, tmp.display());
+            match protocol::exec::run(&ex.opts, &tmp)? {
+                protocol::exec::Outcome::Exited(status) if !status.success() => {
+                    eprintln!(
+                        "bnconf: warning: {shown} exited with {status}; judging what it wrote"
+                    );
+                }
+                protocol::exec::Outcome::Exited(_) => {}
+                protocol::exec::Outcome::TimedOut(t) => {
+                    let msg = format!(
+                        "kernel timed out after {} (--timeout): killed its process group; {shown}",
+                        protocol::exec::seconds(t)
+                    );
+                    eprintln!("bnconf: {msg}; judging what it wrote");
+                    harness_failure = Some(msg);
+                }
+                protocol::exec::Outcome::Interrupted(sig) => {
+                    drop(work);
+                    eprintln!("bnconf: interrupted by signal {sig}: killed the kernel's process group, removed the temporary directory");
+                    return Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8));
+                }
+            }
+            if keep.is_some() {
                 eprintln!(
-                    "bnconf: warning: `{cmd} {}` exited with {status}; judging what it wrote",
+                    "bnconf: kept the suite directory and the kernel's outputs in {}",
                     tmp.display()
                 );
             }
-            (s, dtype, tmp.clone(), Some(TempDir(tmp)))
+            (s, dtype, tmp, shard, Some(work))
         }
         (None, None) => return Err(ConfError::field("check", "give a suite DIR or --exec CMD")),
     };
@@ -395,15 +522,50 @@ fn cmd_check(
         .iter()
         .map(|p| protocol::read_outputs(&dir, p))
         .collect();
-    print!("{}", report::human(&results, &s.cases, out.max_details));
+    let diagnosis = if out.no_diagnosis {
+        None
+    } else {
+        Some(report::diagnosis::diagnose(&prepared, &results))
+    };
+    let gate = expectations
+        .as_ref()
+        .map(|e| report::expectations::gate(e, &results, out.require_all));
+    let ctx = report::Context {
+        suite: &s.name,
+        dtype: dtype.name(),
+        results: &results,
+        cases: &s.cases,
+        diagnosis: diagnosis.as_deref(),
+        gate: gate.as_ref(),
+        shard,
+        harness_failure,
+    };
+    print!("{}", report::human_report(&ctx, out.max_details));
     if let Some(p) = &out.report {
-        report::write_json(p, &s.name, dtype.name(), &results)?;
+        report::write_json_report(p, &ctx)?;
     }
     if let Some(p) = &out.junit {
-        report::write_junit(p, &s.name, &results)?;
+        report::write_junit_report(p, &ctx)?;
+    }
+    if let Some(p) = &out.html {
+        report::html::write(p, &ctx, &prepared)?;
+    }
+    if let Some(p) = &out.write_expectations {
+        let n = report::expectations::write(p, &results, out.require_all, ctx.diag())?;
+        eprintln!("bnconf: wrote {n} expected failures to {}", p.display());
     }
     let sm = summarize(&results);
-    let ok = sm.failed == 0 && sm.passed > 0 && !(out.require_all && sm.unsupported > 0);
+    let verdicts_ok = match &gate {
+        Some(g) => g.ok(),
+        None => sm.failed == 0 && !(out.require_all && sm.unsupported > 0),
+    };
+    // At least one case supported (with a gate, an expected failure counts), and no timeout.
+    let supported = if gate.is_some() {
+        sm.passed + sm.failed > 0
+    } else {
+        sm.passed > 0
+    };
+    let ok = verdicts_ok && supported && ctx.harness_failure.is_none();
     Ok(if ok {
         ExitCode::SUCCESS
     } else {
@@ -411,23 +573,19 @@ fn cmd_check(
     })
 }
 
-/// Removes the temporary suite directory of `check --exec` when done.
-struct TempDir(PathBuf);
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn cmd_run(
     suite_name: &str,
     seed: u64,
     only: &[String],
     verbose: bool,
+    shard: Option<report::shard::Shard>,
 ) -> Result<ExitCode, ConfError> {
     let dtypes = [FloatFormat::F32, FloatFormat::F64];
-    let s = suite::generate(suite_name, &dtypes, seed, &suite::Filter::default())
+    let mut s = suite::generate(suite_name, &dtypes, seed, &suite::Filter::default())
         .ok_or_else(|| ConfError::field("--suite", format!("unknown suite {suite_name:?}")))?;
+    if let Some(sh) = shard {
+        sh.apply(&mut s);
+    }
     let levels = suite::suite_levels(suite_name).expect("known suite");
     let prepared = check::prepare(&s.cases)?;
     let mut ks = bnconf_impl::all_kernels();

@@ -147,6 +147,8 @@ pub struct OutputResult {
     pub budget: ElementBudget,
     /// Elements over the allowance.
     pub n_over: usize,
+    /// Elements of the output (`n_over` of `len` are over).
+    pub len: usize,
 }
 
 /// The result of one case.
@@ -172,6 +174,8 @@ pub struct CaseResult {
     pub k: f64,
     /// Per output.
     pub outputs: Vec<OutputResult>,
+    /// The kernel's outputs, kept for a non-conforming case (diagnosis, HTML plots).
+    pub computed: Option<std::sync::Arc<BTreeMap<String, Vec<f64>>>>,
 }
 
 impl Prepared {
@@ -189,6 +193,7 @@ impl Prepared {
             worst_ratio: worst,
             k: self.k,
             outputs,
+            computed: None,
         }
     }
 
@@ -243,6 +248,7 @@ impl Prepared {
                 actual: vals[worst],
                 budget: b[worst],
                 n_over,
+                len: vals.len(),
             });
         }
         let verdict = if outs.iter().all(|o| o.n_over == 0) {
@@ -250,15 +256,11 @@ impl Prepared {
         } else {
             Verdict::Fail
         };
-        self.result(verdict, outs)
-    }
-}
-
-fn short(s: &str) -> String {
-    if s.len() > 120 {
-        format!("{}…", &s[..120])
-    } else {
-        s.to_string()
+        let mut r = self.result(verdict, outs);
+        if r.verdict == Verdict::Fail {
+            r.computed = Some(std::sync::Arc::new(computed.clone()));
+        }
+        r
     }
 }
 
@@ -268,73 +270,11 @@ impl CaseResult {
         self.verdict == Verdict::Pass
     }
 
-    /// Multi-line failure detail: inputs at the worst element, expected, actual, budget.
+    /// Multi-line failure detail, worst output first: where the worst element lies (n, c, h, w;
+    /// channel and cell), `k of n elements over`, the inputs there, expected, actual, their
+    /// ratio, the budget (`report::detail::render`).
     pub fn detail(&self, case: &SuiteCase) -> String {
-        let mut s = format!(
-            "{} [{} {} {} {}]: {}",
-            self.id,
-            self.op,
-            self.layout,
-            self.dtype,
-            self.level.name(),
-            self.verdict.name()
-        );
-        if let Verdict::Malformed(w) | Verdict::Unsupported(w) = &self.verdict {
-            s += &format!(" — {w}");
-        }
-        let g = bnconf_spec::Geometry::new(case.layout, &case.shape, usize::MAX).expect("valid");
-        for o in self.outputs.iter().filter(|o| o.n_over > 0) {
-            let u = case.dtype_of(&o.name).unit_roundoff();
-            use bnconf_spec::op::Extent;
-            let chan = channel_of(&g, &o.name, o.index);
-            // Up to 8 values, then the count.
-            let list = |vals: Vec<f64>| {
-                let mut t: Vec<String> = vals.iter().take(8).map(|x| format!("{x:e}")).collect();
-                if vals.len() > 8 {
-                    t.push(format!("… ({} values)", vals.len()));
-                }
-                format!("[{}]", t.join(", "))
-            };
-            let inputs: Vec<String> = case
-                .op
-                .inputs()
-                .iter()
-                .filter_map(|&n| {
-                    let v = &case.inputs[n];
-                    match (bnconf_spec::Op::extent(n), bnconf_spec::Op::extent(&o.name)) {
-                        (Extent::Cells, Extent::Cells) => {
-                            v.get(o.index).map(|x| format!("{n}={x:e}"))
-                        }
-                        // A per-channel output: the channel's cells.
-                        (Extent::Cells, _) => Some(format!(
-                            "{n}[channel {chan}]={}",
-                            list((0..g.m).map(|k| v[g.offset(chan, k)]).collect())
-                        )),
-                        (Extent::Shards, _) => Some(format!("{n}={}", list(v.clone()))),
-                        (Extent::Channel, _) => v.get(chan).map(|x| format!("{n}={x:e}")),
-                    }
-                })
-                .collect();
-            s += &format!(
-                "\n    {}[{}]: {} elements over; worst ratio {:.3e} > k = {:.1}\n      inputs there: {}\n      expected {} (≈ {:e})\n      actual   {:e} ({})\n      |error| = {:.3e}, budget k·u·(cond+mag) = {:.3e} (u = {:e}, cond = {:.3e}, mag = {:.3e})",
-                o.name,
-                o.index,
-                o.n_over,
-                o.worst_ratio,
-                self.k,
-                inputs.join(", "),
-                short(&o.expected),
-                o.expected_f64,
-                o.actual,
-                hexf(o.actual),
-                (o.actual - o.expected_f64).abs(),
-                self.k * u * o.budget.total(u),
-                u,
-                o.budget.cond,
-                o.budget.mag_at(u)
-            );
-        }
-        s
+        crate::report::detail::render(self, case)
     }
 
     /// JSON record for `--report`.
@@ -345,7 +285,9 @@ impl CaseResult {
             .map(|o| {
                 json!({"name": o.name, "worst_ratio": num(o.worst_ratio), "index": o.index, "expected": o.expected,
                        "expected_f64": hexf(o.expected_f64), "actual": hexf(o.actual), "cond": num(o.budget.cond),
-                       "mag": num(o.budget.mag), "mag2": num(o.budget.mag2), "elements_over": o.n_over})
+                       "mag": num(o.budget.mag), "mag2": num(o.budget.mag2), "elements_over": o.n_over,
+                       "elements": o.len,
+                       "actual_over_expected": crate::report::detail::actual_over_expected(o).map(num)})
             })
             .collect();
         let reason = match &self.verdict {
@@ -356,15 +298,6 @@ impl CaseResult {
                "class": self.class, "verdict": self.verdict.name().to_lowercase(), "reason": reason,
                "worst_ratio": num(self.worst_ratio), "k": self.k, "outputs": outs})
     }
-}
-
-fn channel_of(g: &bnconf_spec::Geometry, output: &str, index: usize) -> usize {
-    if bnconf_spec::Op::extent(output) == bnconf_spec::op::Extent::Channel {
-        return index;
-    }
-    (0..g.c)
-        .find(|&c| (0..g.m).any(|k| g.offset(c, k) == index))
-        .unwrap_or(0)
 }
 
 /// A float as a hex string (Python `float.hex` style), or `nan`/`inf`.

@@ -12,6 +12,8 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+pub mod exec;
+
 fn shape_of(c: &SuiteCase, name: &str) -> Vec<usize> {
     let g = || bnconf_spec::Geometry::new(c.layout, &c.shape, usize::MAX).expect("valid");
     match Op::extent(name) {
@@ -109,9 +111,12 @@ pub fn regenerate(dir: &Path) -> Result<(Suite, FloatFormat, Filter)> {
                 .ok_or_else(|| field("layouts"))?,
         );
     }
-    let s = suite::generate(name, &[dtype], seed, &filter).ok_or_else(|| {
+    let mut s = suite::generate(name, &[dtype], seed, &filter).ok_or_else(|| {
         ConfError::field("manifest.json: suite", format!("unknown suite {name:?}"))
     })?;
+    if let Some(shard) = crate::report::shard::from_manifest(&m)? {
+        shard.apply(&mut s); // `export --shard K/N` wrote only that shard's cases
+    }
     let listed: Vec<&str> = m
         .get("cases")
         .and_then(Value::as_array)
