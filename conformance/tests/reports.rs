@@ -859,3 +859,45 @@ fn signal_during_export_leaves_nothing() {
     assert_eq!(st.code(), Some(143), "{st:?}");
     assert_eq!(leftovers(&tmp), Vec::<String>::new());
 }
+
+/// The CI example uses flags `bnconf check` has, and its example expectations file parses
+/// (run against a kernel that passes those cases, its entries are stale: named, exit 1).
+#[test]
+fn ci_example_is_consistent() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let wf = std::fs::read_to_string(root.join("examples/ci/github-actions.yml")).unwrap();
+    let help = stdout(&bnconf(&["check", "--help"]));
+    let mut flags = 0;
+    for w in wf.split(|c: char| c.is_whitespace() || c == '(' || c == '"') {
+        if let Some(f) = w.strip_prefix("--") {
+            let f = f.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+            if f.is_empty() || ["locked", "path", "root"].contains(&f) {
+                continue; // cargo install's
+            }
+            assert!(
+                help.contains(&format!("--{f}")),
+                "--{f} is not a flag of bnconf check"
+            );
+            flags += 1;
+        }
+    }
+    assert!(flags >= 9, "{flags} flags");
+    let e = root.join("examples/ci/bnconf-expected-f32.example.json");
+    let o = bnconf(&[
+        "check",
+        "--ops",
+        "forward",
+        "--layouts",
+        "rows",
+        "--exec",
+        &kernel_cmd("twopass-native"),
+        "--expectations",
+        e.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        stdout(&o).contains("STALE expectation \"forward.*.f32.eps-large\""),
+        "{}",
+        stdout(&o)
+    );
+}
