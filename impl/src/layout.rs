@@ -170,7 +170,11 @@ mod tests {
         ] {
             let (c, m, cells) = channel_cells(l, &shape).unwrap();
             let n: usize = shape.iter().product();
-            assert_eq!(channel_dims(l, &shape).unwrap(), (c, m, n), "{l:?} {shape:?}");
+            assert_eq!(
+                channel_dims(l, &shape).unwrap(),
+                (c, m, n),
+                "{l:?} {shape:?}"
+            );
             assert_eq!(cells.len(), c);
         }
         // A shape far too large to tabulate is sized without allocating.

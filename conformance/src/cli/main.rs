@@ -24,10 +24,19 @@ struct Cli {
 
 #[derive(Args, Clone)]
 struct LimitArgs {
-    /// Most elements of any one tensor (the shape's product included).
+    /// Most elements of any one tensor (the shape's product included) read from npy files by
+    /// the fast exact path (`--out-dir`): 18-28 bytes per element, under 4 GB at the default.
     #[arg(long, default_value_t = 1 << 27)]
     max_elems: usize,
-    /// Largest case file accepted, in bytes.
+    /// Most elements of a case evaluated per element by the exact path (a golden written as
+    /// JSON with -o or to stdout, and --out-dir cases the fast path does not cover:
+    /// running_update, sync_stats, f16, bf16, --exact-path), and most values of one JSON array
+    /// in a case file. 2-3.4 KB per element: 2^20 (the default) is 2-3.6 GB; larger cases
+    /// take npy inputs and --out-dir (docs/HOSTILE.md).
+    #[arg(long, default_value_t = bnconf::formats::case::DEFAULT_MAX_JSON_ELEMS)]
+    max_json_elems: usize,
+    /// Largest case file accepted, in bytes (only a regular file is read; a FIFO or device is
+    /// refused).
     #[arg(long, default_value_t = 1 << 30)]
     max_file_bytes: u64,
     /// Largest |exponent| of a literal (decimal exponent, or binary for hex floats).
@@ -39,6 +48,7 @@ impl LimitArgs {
     fn limits(&self) -> InputLimits {
         let mut l = InputLimits {
             max_elems: self.max_elems,
+            max_json_elems: self.max_json_elems,
             max_file_bytes: self.max_file_bytes,
             ..InputLimits::default()
         };

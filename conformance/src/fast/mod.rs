@@ -706,9 +706,13 @@ pub fn compute(p: &FastProblem, progress: bool) -> Result<FastOutputs> {
             let (x, d) = (promote(x.clone()), promote(d.clone()));
             match (&x, &d) {
                 (NpyData::F64(x), NpyData::F64(d)) => run::<f64>(p, x, Some(d), progress),
-                _ => unreachable!("promoted"),
+                _ => Err(ConfError::field("inputs", "f16/u16 npy not supported here")),
             }
         }
+        (NpyData::F16(_) | NpyData::U16(_), None) => Err(ConfError::field(
+            "inputs.x",
+            "f16/u16 npy not supported here",
+        )),
     }
 }
 
@@ -749,6 +753,9 @@ fn npy_to_dtype(field: &str, data: NpyData, dtype: Dtype) -> Result<NpyData> {
             } else {
                 Ok(NpyData::F64(v))
             }
+        }
+        NpyData::F16(_) | NpyData::U16(_) => {
+            Err(ConfError::field(field, "f16/u16 npy not supported here"))
         }
     }
 }

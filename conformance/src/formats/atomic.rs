@@ -13,11 +13,38 @@ fn tmp_path(path: &Path) -> PathBuf {
     path.with_file_name(format!(".{name}.{}.tmp", std::process::id()))
 }
 
+/// Refuse an output `path` whose directory `dir` (or the nearest existing ancestor of it) is
+/// not a directory (`-o file/sub.json`), naming both, before anything is created.
+fn check_dir_chain(path: &Path, dir: &Path) -> Result<()> {
+    for anc in dir.ancestors() {
+        if anc.as_os_str().is_empty() {
+            break;
+        }
+        if let Ok(meta) = std::fs::metadata(anc) {
+            if meta.is_dir() {
+                return Ok(());
+            }
+            return Err(ConfError::io(
+                path,
+                format!(
+                    "cannot write here: {} is {}, not a directory",
+                    anc.display(),
+                    crate::formats::fsafe::kind_of(&meta.file_type())
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Write a file atomically with `fill`, which receives a buffered writer.
 pub fn write_atomic(
     path: &Path,
     fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
 ) -> Result<()> {
+    if let Some(parent) = path.parent() {
+        check_dir_chain(path, parent)?;
+    }
     let tmp = tmp_path(path);
     let res = (|| -> std::io::Result<()> {
         let f = std::fs::File::create(&tmp)?;
@@ -45,6 +72,7 @@ pub fn write_bytes(path: &Path, bytes: &[u8]) -> Result<()> {
 /// removed, so a failed run leaves no file in (or beside) `dir`.
 pub fn write_dir_atomic<T>(dir: &Path, fill: impl FnOnce(&Path) -> Result<T>) -> Result<T> {
     let tag = format!("bnconf-{}.tmp", std::process::id());
+    check_dir_chain(dir, dir)?;
     let fresh = !dir.exists();
     let stage = match (fresh, dir.file_name()) {
         (true, Some(name)) => {

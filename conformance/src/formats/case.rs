@@ -2,6 +2,7 @@
 //! case dtype, and conversion to an exact [`bnconf_spec::Problem`].
 
 use crate::error::{ConfError, Result};
+use crate::formats::fsafe;
 use crate::formats::npy::{read_npy, NpyData};
 use bnconf_spec::exact::parse::{parse_exact_with, parse_rational_with, Limits};
 use bnconf_spec::exact::round::{f64_to_rational, round, FloatFormat};
@@ -45,22 +46,38 @@ impl Dtype {
     }
 }
 
-/// Limits on the size of input, checked before allocating. Defaults are documented in the
-/// README and configurable by CLI flags.
+/// Limits on the size of input, checked before allocating. Defaults are documented in
+/// docs/HOSTILE.md (with the measurements they come from) and configurable by CLI flags.
 #[derive(Clone, Copy, Debug)]
 pub struct InputLimits {
-    /// Most elements of any one tensor (and of the shape's product).
+    /// Most elements of any one tensor (and of the shape's product): npy inputs on the fast
+    /// exact path (`golden --out-dir`).
     pub max_elems: usize,
+    /// Most elements of a case evaluated by the per-element exact path (a golden written as
+    /// JSON, `-o`/stdout, and `--out-dir` cases the fast path does not cover), and most values
+    /// of any one JSON array in a case file. 2-3.4 KB of memory per element on that path.
+    pub max_json_elems: usize,
     /// Largest case file, in bytes.
     pub max_file_bytes: u64,
     /// Bounds on exact literals.
     pub number: Limits,
 }
 
+/// Default of [`InputLimits::max_json_elems`] (`--max-json-elems`): 2^20 elements, 2-3.6 GB
+/// and a few minutes on the per-element exact path (docs/HOSTILE.md).
+pub const DEFAULT_MAX_JSON_ELEMS: usize = 1 << 20;
+
+/// A case file may hold at most this many JSON values per [`InputLimits::max_json_elems`]
+/// (the inputs of the op with the most inputs, seven, plus room for extra fields): parsed JSON
+/// takes about 100 bytes per value whatever the text (100 MB of `0,0,…` took 5.2 GB), so this
+/// bounds the parse's memory.
+pub const JSON_VALUES_PER_ELEM: usize = 8;
+
 impl Default for InputLimits {
     fn default() -> Self {
         InputLimits {
             max_elems: 1 << 27,
+            max_json_elems: DEFAULT_MAX_JSON_ELEMS,
             max_file_bytes: 1 << 30,
             number: Limits::default(),
         }
@@ -91,25 +108,148 @@ pub fn read_case_file(path: &Path, lim: &InputLimits) -> Result<Case> {
     parse_case(&v, &base, lim)
 }
 
-/// Read a case file as JSON (size-checked), without interpreting it.
+/// Read a case file as JSON, without interpreting it. Only a regular file is read (a FIFO or
+/// device is refused, naming the path), its size is checked before reading
+/// (`max_file_bytes`), and its JSON arrays and values are counted by a linear scan before
+/// they are parsed (`max_json_elems`), so that neither the read nor the parse can exhaust
+/// memory.
 pub fn read_case_json(path: &Path, lim: &InputLimits) -> Result<Value> {
-    let meta = std::fs::metadata(path).map_err(|e| ConfError::io(path, e))?;
-    if meta.len() > lim.max_file_bytes {
-        return Err(ConfError::io(
-            path,
-            format!(
-                "file of {} bytes exceeds the limit of {} bytes (--max-file-bytes)",
-                meta.len(),
-                lim.max_file_bytes
-            ),
-        ));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| ConfError::io(path, e))?;
-    let v: Value = serde_json::from_str(&text).map_err(|e| ConfError::Json {
+    let text = fsafe::read_regular_string(path, lim.max_file_bytes, "--max-file-bytes")?;
+    scan_json(
+        text.as_bytes(),
+        lim.max_json_elems,
+        lim.max_json_elems.saturating_mul(JSON_VALUES_PER_ELEM),
+    )
+    .map_err(|msg| ConfError::io(path, msg))?;
+    serde_json::from_str(&text).map_err(|e| ConfError::Json {
         path: path.display().to_string(),
         msg: e.to_string(),
-    })?;
-    Ok(v)
+    })
+}
+
+/// A linear, non-recursive scan of JSON text that refuses an array of more than `max_array`
+/// values (naming it, e.g. `inputs.x`) or a document of more than `max_values` values, before
+/// anything is parsed. It judges sizes only: text it does not understand is left to the JSON
+/// parser, which reports the syntax error.
+pub fn scan_json(b: &[u8], max_array: usize, max_values: usize) -> std::result::Result<(), String> {
+    /// Deepest nesting followed; deeper, the JSON parser's recursion limit (128) reports it.
+    const MAX_DEPTH: usize = 256;
+    struct Frame {
+        array: bool,
+        /// Values so far (arrays) or the last key (objects, cut to 64 bytes).
+        count: usize,
+        key: String,
+        expect_key: bool,
+    }
+    let path = |stack: &[Frame]| -> String {
+        let mut p = String::new();
+        for (i, f) in stack.iter().enumerate() {
+            if f.array {
+                if i + 1 < stack.len() {
+                    p.push_str(&format!("[{}]", f.count.saturating_sub(1)));
+                }
+            } else if !f.key.is_empty() {
+                if !p.is_empty() {
+                    p.push('.');
+                }
+                p.push_str(&f.key);
+            }
+        }
+        if p.is_empty() {
+            "(case)".into()
+        } else {
+            p
+        }
+    };
+    let mut stack: Vec<Frame> = Vec::new();
+    let mut values = 0usize;
+    let mut i = 0usize;
+    // Count one value at the current position.
+    let mut value = |stack: &mut Vec<Frame>| -> std::result::Result<(), String> {
+        values += 1;
+        if values > max_values {
+            return Err(format!(
+                "more than {max_values} JSON values in the file (--max-json-elems {max_array} allows {JSON_VALUES_PER_ELEM} per element): give large inputs as {{\"npy\": \"path.npy\"}}"
+            ));
+        }
+        if let Some(f) = stack.last_mut() {
+            if f.array {
+                f.count += 1;
+                if f.count > max_array {
+                    return Err(format!(
+                        "{}: more than {max_array} values in one JSON array (--max-json-elems): give large inputs as {{\"npy\": \"path.npy\"}} and use --out-dir",
+                        path(stack)
+                    ));
+                }
+            }
+        }
+        Ok(())
+    };
+    while i < b.len() {
+        match b[i] {
+            b' ' | b'\t' | b'\n' | b'\r' => i += 1,
+            b'{' | b'[' => {
+                value(&mut stack)?;
+                if stack.len() >= MAX_DEPTH {
+                    return Ok(());
+                }
+                stack.push(Frame {
+                    array: b[i] == b'[',
+                    count: 0,
+                    key: String::new(),
+                    expect_key: b[i] == b'{',
+                });
+                i += 1;
+            }
+            b'}' | b']' => {
+                if stack.pop().is_none() {
+                    return Ok(());
+                }
+                i += 1;
+            }
+            b',' => {
+                if let Some(f) = stack.last_mut() {
+                    f.expect_key = !f.array;
+                }
+                i += 1;
+            }
+            b':' => {
+                if let Some(f) = stack.last_mut() {
+                    f.expect_key = false;
+                }
+                i += 1;
+            }
+            b'"' => {
+                let start = i + 1;
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                let end = i.min(b.len());
+                i += 1;
+                match stack.last_mut() {
+                    Some(f) if !f.array && f.expect_key => {
+                        let k = &b[start..end.min(start + 64)];
+                        f.key = String::from_utf8_lossy(k).into_owned();
+                    }
+                    _ => value(&mut stack)?,
+                }
+            }
+            _ => {
+                // A number or literal: up to the next delimiter.
+                while i < b.len()
+                    && !matches!(
+                        b[i],
+                        b',' | b']' | b'}' | b':' | b' ' | b'\t' | b'\n' | b'\r'
+                    )
+                {
+                    i += 1;
+                }
+                value(&mut stack)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A string field naming one of a fixed set (`op`, `layout`, `dtype`).
@@ -316,6 +456,17 @@ pub fn parse_case(v: &Value, base: &Path, lim: &InputLimits) -> Result<Case> {
         extra,
     } = parse_header(v, lim)?;
     let o = v.as_object().expect("checked by parse_header");
+    if geom.len() > lim.max_json_elems {
+        return Err(ConfError::field(
+            "shape",
+            format!(
+                "{:?} has {} elements, more than the per-element exact path takes ({}, --max-json-elems: goldens written as JSON, and --out-dir cases the fast path does not cover); give the inputs as npy and use --out-dir",
+                geom.shape,
+                geom.len(),
+                lim.max_json_elems
+            ),
+        ));
+    }
     let shape = geom.shape.clone();
     let inputs_v = o
         .get("inputs")
@@ -400,6 +551,16 @@ pub(crate) fn read_input(
 ) -> Result<Vec<QSqrt>> {
     match val {
         Value::Array(a) => {
+            if a.len() > lim.max_json_elems {
+                return Err(ConfError::field(
+                    field,
+                    format!(
+                        "{} values in a JSON array, more than {} (--max-json-elems): give large inputs as {{\"npy\": \"path.npy\"}} and use --out-dir",
+                        a.len(),
+                        lim.max_json_elems
+                    ),
+                ));
+            }
             if a.len() != want_len {
                 return Err(ConfError::field(
                     field,

@@ -12,6 +12,12 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::formats::fsafe::read_regular_string;
+
+/// Largest `manifest.json`, `case.json` or `out/unsupported` read (the default suite's
+/// manifest is about 60 KB); only regular files are read (docs/HOSTILE.md).
+pub const MAX_META_BYTES: u64 = 64 << 20;
+
 pub mod exec;
 
 fn shape_of(c: &SuiteCase, name: &str) -> Vec<usize> {
@@ -61,7 +67,7 @@ pub fn export(s: &Suite, dtype: FloatFormat, filter: &Filter, dir: &Path) -> Res
 /// from the directory, so a kernel cannot change what it is judged against).
 pub fn regenerate(dir: &Path) -> Result<(Suite, FloatFormat, Filter)> {
     let mpath = dir.join("manifest.json");
-    let text = std::fs::read_to_string(&mpath).map_err(|e| ConfError::io(&mpath, e))?;
+    let text = read_regular_string(&mpath, MAX_META_BYTES, "")?;
     let m: Value = serde_json::from_str(&text).map_err(|e| ConfError::Json {
         path: mpath.display().to_string(),
         msg: e.to_string(),
@@ -151,13 +157,27 @@ pub fn verify_inputs(dir: &Path, s: &Suite) -> Result<()> {
     Ok(())
 }
 
+/// What an error says of a file, without the file's path (the caller names it relative to DIR).
+fn error_msg(e: &ConfError) -> String {
+    match e {
+        ConfError::Io { msg, .. } | ConfError::Npy { msg, .. } | ConfError::Json { msg, .. } => {
+            msg.clone()
+        }
+        other => other.to_string(),
+    }
+}
+
 /// Read a kernel's outputs for one case from `DIR/<id>/out/`.
 pub fn read_outputs(dir: &Path, p: &Prepared) -> CaseResult {
     let c = &p.case;
     let out = dir.join(&c.id).join("out");
     let unsup = out.join("unsupported");
-    if unsup.exists() {
-        let why = std::fs::read_to_string(&unsup).unwrap_or_default();
+    if unsup.symlink_metadata().is_ok() {
+        // Only a regular file is read: a FIFO here would block, /dev/zero never end.
+        let why = match read_regular_string(&unsup, MAX_META_BYTES, "") {
+            Ok(why) => why,
+            Err(e) => return p.malformed(&format!("{}/out/unsupported: {}", c.id, error_msg(&e))),
+        };
         let why = if why.trim().is_empty() {
             "kernel reported unsupported".to_string()
         } else {
@@ -169,18 +189,15 @@ pub fn read_outputs(dir: &Path, p: &Prepared) -> CaseResult {
     for &name in c.op.outputs() {
         let path = out.join(format!("{name}.npy"));
         let rel = format!("{}/out/{name}.npy", c.id);
-        if !path.exists() {
+        if path.symlink_metadata().is_err() {
             return p.malformed(&format!("{rel}: missing"));
         }
         let want = shape_of(c, name);
+        // Regular files only, size checked against the expected shape before reading: a FIFO,
+        // a device or an oversized (even sparse) file is a malformed output, never a hang.
         let (shape, data) = match read_npy(&path, want.iter().product::<usize>().max(1)) {
             Ok(v) => v,
-            Err(e) => {
-                return p.malformed(&format!(
-                    "{rel}: {}",
-                    e.to_string().rsplit(": ").next().unwrap_or("unreadable")
-                ))
-            }
+            Err(e) => return p.malformed(&format!("{rel}: {}", error_msg(&e))),
         };
         if shape != want {
             return p.malformed(&format!("{rel}: shape {shape:?}, expected {want:?}"));
@@ -190,11 +207,7 @@ pub fn read_outputs(dir: &Path, p: &Prepared) -> CaseResult {
             (NpyData::F32(_), FloatFormat::F32) | (NpyData::F64(_), FloatFormat::F64)
         );
         if !ok_dtype {
-            let got = if matches!(data, NpyData::F32(_)) {
-                "float32"
-            } else {
-                "float64"
-            };
+            let got = data.dtype_name();
             return p.malformed(&format!(
                 "{rel}: dtype {got}, expected the case dtype {}",
                 c.dtype.name()
@@ -215,7 +228,8 @@ pub fn run_kernel_dir(kernel: &dyn bnconf_impl::Kernel, dir: &Path) -> Result<us
     let mut ids: Vec<String> = Vec::new();
     let rd = std::fs::read_dir(dir).map_err(|e| ConfError::io(dir, e))?;
     for e in rd.flatten() {
-        if e.path().join("case.json").is_file() {
+        // Listed if present at all: a case.json that is not a regular file is refused below.
+        if e.path().join("case.json").symlink_metadata().is_ok() {
             ids.push(e.file_name().to_string_lossy().into_owned());
         }
     }
@@ -223,7 +237,7 @@ pub fn run_kernel_dir(kernel: &dyn bnconf_impl::Kernel, dir: &Path) -> Result<us
     for id in &ids {
         let cd = dir.join(id);
         let cpath = cd.join("case.json");
-        let text = std::fs::read_to_string(&cpath).map_err(|e| ConfError::io(&cpath, e))?;
+        let text = read_regular_string(&cpath, MAX_META_BYTES, "")?;
         let v: Value = serde_json::from_str(&text).map_err(|e| ConfError::Json {
             path: cpath.display().to_string(),
             msg: e.to_string(),
@@ -239,22 +253,50 @@ pub fn run_kernel_dir(kernel: &dyn bnconf_impl::Kernel, dir: &Path) -> Result<us
             .ok_or_else(|| ConfError::field(format!("{}: layout", cpath.display()), "unknown"))?;
         let dtype = bnconf_impl::Dtype::from_name(get("dtype")?)
             .ok_or_else(|| ConfError::field(format!("{}: dtype", cpath.display()), "unknown"))?;
+        // The shape, sized before anything is read or tabulated: its element count must be
+        // within the harness's limit and each input must have its length (a
+        // [1e6, 1e6, 1, 1] case used to build a 7.6 GB cell table before failing).
+        let shape_err = |msg: String| ConfError::field(format!("{}: shape", cpath.display()), msg);
         let shape: Vec<usize> = v
             .get("shape")
             .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|d| d.as_u64().map(|d| d as usize))
-                    .collect()
-            })
-            .unwrap_or_default();
+            .ok_or_else(|| shape_err("missing or not an array".into()))?
+            .iter()
+            .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
+            .collect::<Option<_>>()
+            .ok_or_else(|| shape_err("must be an array of non-negative integers".into()))?;
+        let (c_len, m_len, n_len) = bnconf_impl::channel_dims(layout, &shape).map_err(shape_err)?;
+        let max_elems = crate::formats::case::InputLimits::default().max_elems;
+        if n_len > max_elems {
+            return Err(shape_err(format!(
+                "{shape:?} has {n_len} elements, more than the limit of {max_elems}"
+            )));
+        }
         let eps = v
             .get("eps")
             .and_then(Value::as_f64)
             .ok_or_else(|| ConfError::field(format!("{}: eps", cpath.display()), "missing"))?;
         let mut inputs = BTreeMap::new();
         for name in op.inputs() {
-            let (_, data) = read_npy(&cd.join(format!("{name}.npy")), 1 << 28)?;
+            let want = if bnconf_impl::is_cell_array(name) {
+                n_len
+            } else if bnconf_impl::is_shard_array(name) {
+                m_len
+            } else {
+                c_len
+            };
+            let ipath = cd.join(format!("{name}.npy"));
+            let (_, data) = read_npy(&ipath, want)?;
+            if data.len() != want {
+                return Err(ConfError::Npy {
+                    path: ipath.display().to_string(),
+                    msg: format!(
+                        "{} values, expected {want} (shape {shape:?} of {})",
+                        data.len(),
+                        cpath.display()
+                    ),
+                });
+            }
             inputs.insert(
                 name.to_string(),
                 (0..data.len()).map(|i| data.get(i)).collect::<Vec<f64>>(),
@@ -298,8 +340,7 @@ pub fn run_kernel_dir(kernel: &dyn bnconf_impl::Kernel, dir: &Path) -> Result<us
         std::fs::create_dir_all(&out).map_err(|e| ConfError::io(&out, e))?;
         match kernel.run(&case) {
             Ok(res) => {
-                let (c, m, _) = bnconf_impl::channel_cells(layout, &shape)
-                    .map_err(|e| ConfError::field("shape", e))?;
+                let (c, m) = (c_len, m_len);
                 for (name, vals) in res {
                     let sh = if bnconf_impl::is_cell_array(&name) {
                         shape.clone()
