@@ -343,7 +343,12 @@ fn known_bad_kernels_are_rejected() {
         .collect();
     let mut missed = Vec::new();
     let mut found = Vec::new();
-    for bad in ks.iter().filter(|k| k.verdict() == KVerdict::KnownBad) {
+    // Block-merge defects need channels of more than one block (1024 cells): generated
+    // cases are far smaller, so those kernels are held to the scale suite (tests/scale.rs).
+    for bad in ks
+        .iter()
+        .filter(|k| k.verdict() == KVerdict::KnownBad && k.defect_suite() == "default")
+    {
         let ops: Vec<Op> = bad
             .defective_ops()
             .iter()
@@ -559,7 +564,11 @@ fn regression_vectors() {
     }
     let uncovered: Vec<&str> = ks
         .iter()
-        .filter(|k| k.verdict() == KVerdict::KnownBad && !rejected_by.contains_key(k.name()))
+        .filter(|k| {
+            k.verdict() == KVerdict::KnownBad
+                && k.defect_suite() == "default"
+                && !rejected_by.contains_key(k.name())
+        })
         .map(|k| k.name())
         .collect();
     eprintln!(

@@ -73,7 +73,7 @@ fn every_known_bad_kernel_is_rejected_somewhere_through_the_library() {
         }
         let ops: Vec<&str> = k.defective_ops().iter().map(|o| o.name()).collect();
         let r = check_kernel_with(
-            &Options::new("default", "f64").ops(&ops),
+            &Options::new(k.defect_suite(), "f64").ops(&ops),
             reference_kernel(k.name()),
         );
         assert!(!r.ok(), "{} conforms on {ops:?}:\n{r}", k.name());

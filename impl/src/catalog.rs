@@ -1,8 +1,11 @@
 //! The kernels: good ones first, then the known-bad negative controls.
 
 use crate::recipe::{Defect, Precision, Recipe, SyncVar};
-use crate::stats::{Moments, Summation};
+use crate::stats::{BlockFlaw, Moments, Summation};
 use crate::{Kernel, Op, Verdict};
+
+/// Block length of the blocked kernels (a common CUDA block size).
+const BLOCK: usize = 1024;
 
 /// Chunk length of the Welford kernels (small, so moderate channels already exercise the merge).
 const WELFORD_CHUNK: usize = 16;
@@ -105,6 +108,18 @@ fn recipes() -> Vec<Recipe> {
             ..TWOPASS_NATIVE
         },
         Recipe {
+            name: "blocked-1024",
+            description: "GPU-style block merge: each channel cut into blocks of 1024 cells \
+                          (the last one partial), per block (count, mean, M2) by two pairwise \
+                          passes, blocks merged with Chan's formula as a balanced tree; working \
+                          precision as twopass-native. One block below 1025 cells.",
+            moments: Moments::Blocked {
+                block: BLOCK,
+                flaw: BlockFlaw::None,
+            },
+            ..TWOPASS_NATIVE
+        },
+        Recipe {
             moments: Moments::OnePass,
             ..bad(
                 "bad-onepass-var",
@@ -169,6 +184,33 @@ fn recipes() -> Vec<Recipe> {
                     Op::RunningUpdate,
                     Op::SyncStats,
                 ],
+            )
+        },
+        Recipe {
+            moments: Moments::Blocked {
+                block: BLOCK,
+                flaw: BlockFlaw::DropTail,
+            },
+            ..bad(
+                "bad-block-drop-tail",
+                "KNOWN BAD: blocked-1024 that drops the last, partial block of a channel \
+                 (its cells never counted) when the channel has more than one block; only \
+                 visible on channels of more than 1024 cells whose size is not a multiple of \
+                 1024 (the scale suite).",
+                OWN_VAR,
+            )
+        },
+        Recipe {
+            moments: Moments::Blocked {
+                block: BLOCK,
+                flaw: BlockFlaw::NoDelta,
+            },
+            ..bad(
+                "bad-block-merge-no-delta",
+                "KNOWN BAD: blocked-1024 whose merge adds the blocks' M2 without Chan's \
+                 between-block term δ²·n_a·n_b/n; only visible on channels of more than \
+                 1024 cells whose blocks have different means (the scale suite).",
+                OWN_VAR,
             )
         },
         Recipe {

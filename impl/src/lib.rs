@@ -243,5 +243,10 @@ pub trait Kernel: Send + Sync {
     fn defective_ops(&self) -> &'static [Op] {
         &[]
     }
+    /// The suite whose cases show a known-bad kernel's defect: `default` for most, `scale`
+    /// for block-merge defects (visible only on channels of more than one block).
+    fn defect_suite(&self) -> &'static str {
+        "default"
+    }
     fn run(&self, case: &Case) -> Result<Outputs, Unsupported>;
 }

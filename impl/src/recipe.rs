@@ -89,6 +89,12 @@ impl Kernel for Recipe {
     fn defective_ops(&self) -> &'static [Op] {
         self.defective_ops
     }
+    fn defect_suite(&self) -> &'static str {
+        match self.moments {
+            Moments::Blocked { flaw, .. } if flaw != crate::stats::BlockFlaw::None => "scale",
+            _ => "default",
+        }
+    }
     fn run(&self, case: &Case) -> Result<Outputs, Unsupported> {
         let cells = validate(case).map_err(|e| Unsupported(format!("invalid case: {e}")))?;
         let native_f64 = case.dtype == Dtype::F64;

@@ -80,6 +80,23 @@ pub(crate) enum Moments {
     Welford { chunk: usize },
     /// DEFECT: `var = max(Σx²/m − mean², 0)`, one pass over the data.
     OnePass,
+    /// GPU-style: the channel cut into blocks of `block` cells (the last one partial), each
+    /// block's `(count, mean, M2)` by two passes, the blocks merged with Chan's formula as a
+    /// balanced tree. `flaw` plants a block-merge defect.
+    Blocked { block: usize, flaw: BlockFlaw },
+}
+
+/// Block-merge defects of [`Moments::Blocked`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BlockFlaw {
+    /// None: a correct block merge.
+    None,
+    /// DEFECT: the last, partial block is dropped (its cells never counted) when the channel
+    /// has more than one block.
+    DropTail,
+    /// DEFECT: blocks merged without the between-block term `δ²·n_a·n_b/n` of Chan's formula
+    /// (the merged M2 is the sum of the blocks' M2).
+    NoDelta,
 }
 
 /// Count, mean and sum of squared deviations of a chunk (Welford / Chan state).
@@ -109,13 +126,21 @@ impl<A: Real> WelfordState<A> {
 
     /// Merge disjoint parts as a balanced tree (error grows with log(#parts), not #parts);
     /// `None` for no parts.
-    pub(crate) fn tree_merge(mut level: Vec<Self>) -> Option<Self> {
+    pub(crate) fn tree_merge(level: Vec<Self>) -> Option<Self> {
+        Self::tree_merge_with(level, Self::merge)
+    }
+
+    /// [`Self::tree_merge`] with another combination of two parts.
+    pub(crate) fn tree_merge_with(
+        mut level: Vec<Self>,
+        merge: impl Fn(Self, Self) -> Self,
+    ) -> Option<Self> {
         while level.len() > 1 {
             let mut next = Vec::with_capacity(level.len().div_ceil(2));
             let mut it = level.into_iter();
             while let Some(a) = it.next() {
                 next.push(match it.next() {
-                    Some(b) => a.merge(b),
+                    Some(b) => merge(a, b),
                     None => a,
                 });
             }
@@ -153,6 +178,41 @@ impl Moments {
                 let chunks = x.chunks(chunk.max(1)).map(WelfordState::of_chunk).collect();
                 let s = WelfordState::tree_merge(chunks).expect("a channel is never empty");
                 (s.mean, s.m2 / m)
+            }
+            Moments::Blocked { block, flaw } => {
+                let block = block.max(1);
+                let blocks: Vec<&[A]> = if flaw == BlockFlaw::DropTail && x.len() > block {
+                    x.chunks_exact(block).collect()
+                } else {
+                    x.chunks(block).collect()
+                };
+                let states: Vec<WelfordState<A>> = blocks
+                    .iter()
+                    .map(|b| {
+                        let n = A::count(b.len());
+                        let mean = sum.sum(dtype, b.len(), |i| b[i]) / n;
+                        let m2 = sum.sum(dtype, b.len(), |i| {
+                            let d = b[i] - mean;
+                            d * d
+                        });
+                        WelfordState { n, mean, m2 }
+                    })
+                    .collect();
+                let s = if flaw == BlockFlaw::NoDelta {
+                    WelfordState::tree_merge_with(states, |a, b| {
+                        let n = a.n + b.n;
+                        WelfordState {
+                            n,
+                            mean: a.mean + (b.mean - a.mean) * (b.n / n),
+                            m2: a.m2 + b.m2,
+                        }
+                    })
+                } else {
+                    WelfordState::tree_merge(states)
+                }
+                .expect("a channel is never empty");
+                // The count is the merged one (fewer cells than m when the tail is dropped).
+                (s.mean, s.m2 / s.n)
             }
             Moments::OnePass => {
                 let mean = sum.sum(dtype, x.len(), |i| x[i]) / m;

@@ -448,7 +448,17 @@ fn each_known_bad_kernel_differs_exactly_where_its_defect_is() {
         .filter(|k| k.verdict() == Verdict::KnownBad)
     {
         for &op in Op::ALL {
-            let c = revealing_case(op);
+            let mut c = revealing_case(op);
+            if k.defect_suite() == "scale" {
+                // Block-merge defects need channels of more than one block (1024 cells) whose
+                // size is not a multiple of it: m = 3·29·31 = 2697.
+                c = case(op, Layout::Nchw, &[3, 2, 29, 31], Dtype::F32, 1e-3, 1000.0);
+            }
+            if k.name() == "bad-gamma-zero" {
+                if let Some(g) = c.inputs.get_mut("gamma") {
+                    g[0] = 0.0;
+                }
+            }
             let (bad, good) = (k.run(&c).unwrap(), run("twopass-native", &c));
             let d = max_abs_diff(&bad, &good);
             if k.defective_ops().contains(&op) {

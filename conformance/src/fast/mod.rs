@@ -24,6 +24,7 @@
 
 pub mod acc;
 pub mod bench;
+pub mod cells;
 pub mod dd;
 
 use crate::error::{ConfError, Result};
@@ -240,6 +241,7 @@ struct DdConst {
     ok: bool,
 }
 
+#[derive(Clone, Debug)]
 struct Chan {
     ex: ExactConst,
     dd: DdConst,

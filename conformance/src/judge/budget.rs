@@ -285,6 +285,73 @@ pub fn budgets(
     Ok(out)
 }
 
+/// [`budgets`] by [`Method::Bound`] for an op of the fast path (`forward`, `backward`,
+/// `eval`, `sync_forward`, `sync_backward`) whose inputs are binary floats given as f64,
+/// without building the whole exact problem: each channel's inputs become exact numbers only
+/// while that channel is bounded (channels in parallel), so a case of millions of cells never
+/// holds a big number per cell. The same bounds as [`budgets`] on the same problem.
+pub fn budgets_bound_f64(
+    op: Op,
+    geom: &bnconf_spec::Geometry,
+    eps: &Rational,
+    inputs: &BTreeMap<String, Vec<f64>>,
+) -> Result<BTreeMap<&'static str, Vec<ElementBudget>>, SpecError> {
+    let g = geom;
+    let q = |v: f64| QSqrt::rational(f64_to_rational(v).expect("finite input"));
+    let names = op.outputs();
+    let per_channel: Vec<Vec<Vec<ElementBudget>>> = (0..g.c)
+        .into_par_iter()
+        .map(|c| {
+            let mut values = BTreeMap::new();
+            let mut floats = BTreeMap::new();
+            for &name in op.inputs() {
+                let data = &inputs[name];
+                match Op::extent(name) {
+                    Extent::Cells => {
+                        floats.insert(name, (0..g.m).map(|k| data[g.offset(c, k)]).collect());
+                    }
+                    Extent::Channel => {
+                        values.insert(name, vec![q(data[c])]);
+                    }
+                    Extent::Shards => {
+                        values.insert(name, data.iter().map(|&v| q(v)).collect());
+                    }
+                }
+            }
+            let inp = ChannelIn {
+                values,
+                convention: None,
+            };
+            let mut b = bound_channel_from(op, c, &inp, &CellSource::Floats(&floats), eps)?;
+            for e in b.iter_mut().flatten() {
+                for v in [&mut e.cond, &mut e.mag, &mut e.mag2] {
+                    if v.is_nan() {
+                        *v = f64::INFINITY;
+                    }
+                }
+            }
+            Ok(b)
+        })
+        .collect::<Result<_, SpecError>>()?;
+    let mut out = BTreeMap::new();
+    for (o, &name) in names.iter().enumerate() {
+        let v = match Op::extent(name) {
+            Extent::Cells => {
+                let mut v = vec![ElementBudget::default(); g.len()];
+                for (c, ch) in per_channel.iter().enumerate() {
+                    for (k, e) in ch[o].iter().enumerate() {
+                        v[g.offset(c, k)] = *e;
+                    }
+                }
+                v
+            }
+            Extent::Channel | Extent::Shards => per_channel.iter().map(|ch| ch[o][0]).collect(),
+        };
+        out.insert(name, v);
+    }
+    Ok(out)
+}
+
 /// `budgets` with [`auto_method`].
 pub fn budgets_auto(
     problem: &Problem,
@@ -503,6 +570,27 @@ fn eb(cond: f64, mag: f64) -> ElementBudget {
     }
 }
 
+/// Where a channel's cell inputs (`x`, `dy`) come from: exact numbers, or binary floats as
+/// f64 (converted to exact numbers only if an exact fallback needs them).
+enum CellSource<'a> {
+    Exact,
+    Floats(&'a BTreeMap<&'static str, Vec<f64>>),
+}
+
+/// [`iv_of`] of an f64 (the same enclosure, without building the exact number).
+fn iv_of_f64(f: f64) -> Iv {
+    if !f.is_finite() {
+        return Iv {
+            v: 0.0,
+            e: f64::INFINITY,
+        };
+    }
+    Iv {
+        v: f,
+        e: 2.0 * U64 * f.abs() + TINY,
+    }
+}
+
 /// Closed-form `cond` bounds and `mag` of channel `c`, outputs in [`Op::outputs`] order,
 /// cells in matrix-view order.
 fn bound_channel(
@@ -511,17 +599,42 @@ fn bound_channel(
     inp: &ChannelIn<QSqrt>,
     eps: &Rational,
 ) -> Result<Vec<Vec<ElementBudget>>, SpecError> {
+    bound_channel_from(op, c, inp, &CellSource::Exact, eps)
+}
+
+/// [`bound_channel`] with the cell inputs from `src` (`inp` then holds the per-channel
+/// inputs; with [`CellSource::Exact`] the cells too).
+fn bound_channel_from(
+    op: Op,
+    c: usize,
+    inp: &ChannelIn<QSqrt>,
+    src: &CellSource,
+    eps: &Rational,
+) -> Result<Vec<Vec<ElementBudget>>, SpecError> {
     match op {
         Op::RunningUpdate => return Ok(bound_running_update(inp)),
         Op::SyncStats => return Ok(bound_sync_stats(inp)),
         _ => {}
     }
-    let xs = &inp.values["x"];
-    let m = xs.len();
+    let cells = |n: &str| -> Vec<Iv> {
+        match src {
+            CellSource::Exact => inp.values[n].iter().map(iv_of).collect(),
+            CellSource::Floats(f) => f[n].iter().map(|&v| iv_of_f64(v)).collect(),
+        }
+    };
+    let exact_x = || -> Vec<QSqrt> {
+        match src {
+            CellSource::Exact => inp.values["x"].clone(),
+            CellSource::Floats(f) => f["x"]
+                .iter()
+                .map(|&v| QSqrt::rational(f64_to_rational(v).expect("finite input")))
+                .collect(),
+        }
+    };
+    let x: Vec<Iv> = cells("x");
+    let m = x.len();
     let mf = m as f64;
-    let x: Vec<Iv> = xs.iter().map(iv_of).collect();
     let one = |n: &str| iv_of(&inp.values[n][0]);
-    let cells = |n: &str| -> Vec<Iv> { inp.values[n].iter().map(iv_of).collect() };
     let eps_q = QSqrt::rational(eps.clone());
     let eps_iv = iv_of(&eps_q);
     let ax: Vec<f64> = x.iter().map(|e| e.up()).collect();
@@ -537,7 +650,7 @@ fn bound_channel(
             match rsqrt_iv(var.add(eps_iv)) {
                 Some(r) => (mu, r),
                 None => {
-                    let (mu_e, var_e) = bnconf_spec::channel::batch_stats(xs);
+                    let (mu_e, var_e) = bnconf_spec::channel::batch_stats(&exact_x());
                     let q = exact_rational(&var_e) + eps;
                     if q <= zero {
                         return Err(c1_error(c, "var + eps", &q));

@@ -23,6 +23,130 @@ pub struct Prepared {
     pub k: f64,
     /// Double-double approximations of the exact outputs (for fast judging).
     pub approx: BTreeMap<&'static str, Vec<Approx>>,
+    /// Large cases ([`FAST_JUDGE_MIN_LEN`] cells or more, ops of the fast path): the cell
+    /// output is not stored exactly per element (`golden` and `approx` hold only the
+    /// per-channel outputs); its exact values come from these per-channel constants
+    /// ([`Prepared::exact_at`]).
+    pub fast: Option<std::sync::Arc<crate::fast::cells::FastCells>>,
+}
+
+/// Cells from which a case is judged through [`crate::fast::cells`] (exact per-channel
+/// constants, double-double per element with an exact fallback) instead of one exact number
+/// per element.
+pub const FAST_JUDGE_MIN_LEN: usize = 1 << 14;
+
+/// Whether a case is judged through the fast cells.
+pub fn judged_fast(c: &SuiteCase) -> bool {
+    crate::fast::covers(c.op) && c.inputs.get("x").map_or(0, Vec::len) >= FAST_JUDGE_MIN_LEN
+}
+
+/// The fast preparation of a large case; `None` where it does not apply (then the exact path
+/// runs and reports any error in the case, as for small cases).
+fn prepare_fast(c: &SuiteCase) -> Option<Prepared> {
+    use crate::fast::FastProblem;
+    use crate::formats::npy::NpyData;
+    let geom = bnconf_spec::Geometry::new(c.layout, &c.shape, usize::MAX).expect("valid");
+    let eps = bnconf_spec::exact::parse::parse_rational(&c.eps).expect("generated eps");
+    let mut cells = BTreeMap::new();
+    let mut chan = BTreeMap::new();
+    for (name, v) in &c.inputs {
+        match bnconf_spec::Op::extent(name) {
+            bnconf_spec::op::Extent::Cells => {
+                cells.insert(name.clone(), NpyData::F64(v.clone()));
+            }
+            _ => {
+                chan.insert(name.clone(), v.clone());
+            }
+        }
+    }
+    let fp = FastProblem::new(c.op, geom.clone(), eps.clone(), cells, chan).ok()?;
+    let fc = crate::fast::cells::FastCells::new(&fp).ok()?;
+    let budgets = budget::budgets_bound_f64(c.op, &geom, &eps, &c.inputs).ok()?;
+    let mut golden = Outputs::new();
+    let mut approx = BTreeMap::new();
+    for (&name, vals) in c.op.outputs()[1..].iter().zip(fc.channel_outputs()) {
+        approx.insert(name, vals.iter().map(Approx::new).collect());
+        golden.insert(name, vals);
+    }
+    Some(Prepared {
+        k: budget::k_allowance(geom.m),
+        case: c.clone(),
+        golden,
+        budgets,
+        approx,
+        fast: Some(std::sync::Arc::new(fc)),
+    })
+}
+
+impl Prepared {
+    /// Number of elements of output `name`.
+    pub fn output_len(&self, name: &str) -> usize {
+        match (&self.fast, self.golden.get(name)) {
+            (_, Some(v)) => v.len(),
+            (Some(f), None) => f.len(),
+            (None, None) => 0,
+        }
+    }
+
+    /// The exact value of element `i` of output `name`.
+    pub fn exact_at(&self, name: &str, i: usize) -> QSqrt {
+        match (&self.fast, self.golden.get(name)) {
+            (_, Some(v)) => v[i].clone(),
+            (Some(f), None) => f.exact(i),
+            (None, None) => panic!("no output {name}"),
+        }
+    }
+
+    /// The ratio `|computed − exact| / (u·budget)` of every element of output `name`
+    /// (lengths already checked).
+    pub fn ratios(&self, name: &str, vals: &[f64], u: f64) -> Vec<f64> {
+        let b = &self.budgets[name];
+        if let (Some(f), None) = (&self.fast, self.golden.get(name)) {
+            return vals
+                .par_iter()
+                .enumerate()
+                .map(|(i, &v)| fast_ratio(f, i, v, &b[i], u, self.k))
+                .collect();
+        }
+        let exact = &self.golden[name];
+        let ap = &self.approx[name];
+        (0..vals.len())
+            .map(|i| ap[i].ratio(vals[i], &exact[i], &b[i], u))
+            .collect()
+    }
+}
+
+/// The ratio of element `i` of a fast case: from the double-double value and its error bound,
+/// exact where the bound cannot decide the verdict `ratio <= k` (or does not apply).
+fn fast_ratio(
+    f: &crate::fast::cells::FastCells,
+    i: usize,
+    computed: f64,
+    b: &ElementBudget,
+    u: f64,
+    k: f64,
+) -> f64 {
+    if !computed.is_finite() {
+        return f64::INFINITY;
+    }
+    let total = b.total(u);
+    if let (Some((v, err)), true) = (f.approx(i), computed.abs() <= 2f64.powi(1000)) {
+        if total.is_finite() && total > 0.0 {
+            let d = crate::fast::dd::DD::from_f64(computed) + -v;
+            let diff = (d.hi + d.lo).abs();
+            // |diff| is within err (the value's bound) + 2^-50·|diff| (the subtraction) of
+            // the true |computed − exact|.
+            let unc = err + diff * 2f64.powi(-50);
+            let scale = u * total;
+            let (lo, hi) = ((diff - unc) / scale, (diff + unc) / scale);
+            if hi <= k || lo > k {
+                return diff / scale;
+            }
+        } else if total.is_infinite() {
+            return 0.0;
+        }
+    }
+    b.ratio(computed, &f.exact(i), u)
 }
 
 /// An exact value as an unevaluated sum `hi + lo` of two f64: `hi` is the exact value
@@ -80,11 +204,28 @@ impl Approx {
     }
 }
 
-/// Evaluate goldens and budgets for every case (in parallel; order kept).
+/// Evaluate goldens and budgets for every case (in parallel; order kept). Large cases are
+/// prepared through the fast cells ([`judged_fast`]); verdicts and ratios are those of the
+/// exact path (tested).
 pub fn prepare(cases: &[SuiteCase]) -> Result<Vec<Prepared>, bnconf_spec::SpecError> {
+    prepare_with(cases, true)
+}
+
+/// [`prepare`], with the fast cells allowed or not (`false`: one exact number per element,
+/// whatever the size; for tests of the fast path).
+pub fn prepare_with(
+    cases: &[SuiteCase],
+    allow_fast: bool,
+) -> Result<Vec<Prepared>, bnconf_spec::SpecError> {
     cases
         .par_iter()
         .map(|c| {
+            if let Some(p) = (allow_fast && judged_fast(c))
+                .then(|| prepare_fast(c))
+                .flatten()
+            {
+                return Ok(p);
+            }
             let p = c.problem();
             let golden = p.evaluate()?;
             let budgets = budget::budgets_auto(&p)?;
@@ -98,6 +239,7 @@ pub fn prepare(cases: &[SuiteCase]) -> Result<Vec<Prepared>, bnconf_spec::SpecEr
                 golden,
                 budgets,
                 approx,
+                fast: None,
             })
         })
         .collect()
@@ -212,22 +354,19 @@ impl Prepared {
         for &name in self.case.op.outputs() {
             // Each output is judged in its own dtype (activations' or parameters').
             let u = self.case.dtype_of(name).unit_roundoff();
-            let exact = &self.golden[name];
+            let n_exact = self.output_len(name);
             let Some(vals) = computed.get(name) else {
                 return self.malformed(&format!("output `{name}` missing"));
             };
-            if vals.len() != exact.len() {
+            if vals.len() != n_exact {
                 return self.malformed(&format!(
                     "output `{name}` has {} values, expected {}",
                     vals.len(),
-                    exact.len()
+                    n_exact
                 ));
             }
             let b = &self.budgets[name];
-            let ap = &self.approx[name];
-            let ratios: Vec<f64> = (0..vals.len())
-                .map(|i| ap[i].ratio(vals[i], &exact[i], &b[i], u))
-                .collect();
+            let ratios = self.ratios(name, vals, u);
             let mut worst = 0usize;
             for (i, r) in ratios.iter().enumerate() {
                 if r.is_nan() || *r > ratios[worst] || ratios[worst].is_nan() && !r.is_nan() {
@@ -235,6 +374,7 @@ impl Prepared {
                 }
             }
             let n_over = ratios.iter().filter(|r| r.is_nan() || **r > self.k).count();
+            let worst_exact = self.exact_at(name, worst);
             outs.push(OutputResult {
                 name: name.to_string(),
                 worst_ratio: if ratios[worst].is_nan() {
@@ -243,8 +383,8 @@ impl Prepared {
                     ratios[worst]
                 },
                 index: worst,
-                expected: exact[worst].to_string(),
-                expected_f64: round(&exact[worst], FloatFormat::F64).to_f64(),
+                expected: worst_exact.to_string(),
+                expected_f64: round(&worst_exact, FloatFormat::F64).to_f64(),
                 actual: vals[worst],
                 budget: b[worst],
                 n_over,

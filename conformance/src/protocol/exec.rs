@@ -179,7 +179,7 @@ static EXPORTING: AtomicBool = AtomicBool::new(false);
 pub fn export_into(
     work: &WorkDir,
     s: &crate::suite::Suite,
-    dtype: bnconf_spec::exact::round::FloatFormat,
+    dtype: crate::suite::Precision,
     filter: &crate::suite::Filter,
     shard: Option<crate::report::shard::Shard>,
 ) -> Result<Option<i32>> {

@@ -3,22 +3,22 @@
 
 use crate::error::{ConfError, Result};
 use crate::formats::atomic::write_bytes;
-use crate::formats::npy::{read_npy, write_npy, NpyData};
+use crate::formats::npy::{read_npy_any, write_npy, NpyData};
 use crate::judge::check::{CaseResult, Prepared};
-use crate::suite::{self, Filter, Suite, SuiteCase};
+use crate::suite::{self, Filter, Precision, Suite, SuiteCase};
 use bnconf_spec::exact::round::FloatFormat;
 use bnconf_spec::{Layout, Op};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+pub mod exec;
+
 use crate::formats::fsafe::read_regular_string;
 
 /// Largest `manifest.json`, `case.json` or `out/unsupported` read (the default suite's
 /// manifest is about 60 KB); only regular files are read (docs/HOSTILE.md).
 pub const MAX_META_BYTES: u64 = 64 << 20;
-
-pub mod exec;
 
 fn shape_of(c: &SuiteCase, name: &str) -> Vec<usize> {
     let g = || bnconf_spec::Geometry::new(c.layout, &c.shape, usize::MAX).expect("valid");
@@ -29,21 +29,53 @@ fn shape_of(c: &SuiteCase, name: &str) -> Vec<usize> {
     }
 }
 
-fn npy_of(dtype: FloatFormat, v: &[f64]) -> NpyData {
+/// Values of a dtype (each exactly representable) as that dtype's npy data: `<f8`, `<f4`,
+/// `<f2`, and bf16 as `<u2` bit patterns (the upper 16 bits of the f32).
+pub fn npy_of(dtype: FloatFormat, v: &[f64]) -> NpyData {
     match dtype {
         FloatFormat::F64 => NpyData::F64(v.to_vec()),
-        _ => NpyData::F32(v.iter().map(|&x| x as f32).collect()),
+        FloatFormat::F32 => NpyData::F32(v.iter().map(|&x| x as f32).collect()),
+        FloatFormat::F16 => NpyData::F16(v.iter().map(|&x| half::f16::from_f64(x)).collect()),
+        FloatFormat::BF16 => NpyData::U16(
+            v.iter()
+                .map(|&x| half::bf16::from_f64(x).to_bits())
+                .collect(),
+        ),
+    }
+}
+
+/// The values of npy data as f64, `<u2` read as bf16 bit patterns (the protocol's bf16).
+pub fn decode(data: &NpyData) -> Vec<f64> {
+    match data {
+        NpyData::U16(_) => (0..data.len()).map(|i| data.bf16_value(i)).collect(),
+        _ => (0..data.len()).map(|i| data.get(i)).collect(),
+    }
+}
+
+/// npy data read back as values of `dtype`, or why it is not that dtype's data.
+pub fn values_of(dtype: FloatFormat, data: &NpyData) -> std::result::Result<Vec<f64>, String> {
+    let n = data.len();
+    match (dtype, data) {
+        (FloatFormat::F64, NpyData::F64(_))
+        | (FloatFormat::F32, NpyData::F32(_))
+        | (FloatFormat::F16, NpyData::F16(_)) => Ok((0..n).map(|i| data.get(i)).collect()),
+        (FloatFormat::BF16, NpyData::U16(_)) => Ok((0..n).map(|i| data.bf16_value(i)).collect()),
+        (FloatFormat::BF16, other) => Err(format!(
+            "dtype {}, expected bf16 stored as uint16 bit patterns (<u2, \"bf16_storage\": \"u16-bits\")",
+            other.dtype_name()
+        )),
+        (f, other) => Err(format!(
+            "dtype {}, expected the case dtype {}",
+            other.dtype_name(),
+            f.name()
+        )),
     }
 }
 
 /// Write a suite into `dir`: `manifest.json` and, per case, `case.json` and one npy per input.
-pub fn export(s: &Suite, dtype: FloatFormat, filter: &Filter, dir: &Path) -> Result<()> {
-    if !matches!(dtype, FloatFormat::F32 | FloatFormat::F64) {
-        return Err(ConfError::field(
-            "--dtype",
-            "the protocol's npy files are float32 or float64: use f32 or f64",
-        ));
-    }
+/// (Each input in its dtype: activations in the precision's first dtype, the rest in its
+/// second.)
+pub fn export(s: &Suite, dtype: Precision, filter: &Filter, dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| ConfError::io(dir, e))?;
     for c in &s.cases {
         let cd = dir.join(&c.id);
@@ -54,18 +86,19 @@ pub fn export(s: &Suite, dtype: FloatFormat, filter: &Filter, dir: &Path) -> Res
             write_npy(
                 &cd.join(format!("{name}.npy")),
                 &shape_of(c, name),
-                &npy_of(dtype, v),
+                &npy_of(c.dtype_of(name), v),
             )?;
         }
     }
-    let text =
-        serde_json::to_string_pretty(&suite::manifest_json(s, dtype, filter)).expect("json") + "\n";
+    let text = serde_json::to_string_pretty(&suite::manifest_json_in(s, dtype, filter))
+        .expect("json")
+        + "\n";
     write_bytes(&dir.join("manifest.json"), text.as_bytes())
 }
 
 /// What a suite directory's manifest says, regenerated: the suite's cases (never read back
 /// from the directory, so a kernel cannot change what it is judged against).
-pub fn regenerate(dir: &Path) -> Result<(Suite, FloatFormat, Filter)> {
+pub fn regenerate(dir: &Path) -> Result<(Suite, Precision, Filter)> {
     let mpath = dir.join("manifest.json");
     let text = read_regular_string(&mpath, MAX_META_BYTES, "")?;
     let m: Value = serde_json::from_str(&text).map_err(|e| ConfError::Json {
@@ -95,7 +128,7 @@ pub fn regenerate(dir: &Path) -> Result<(Suite, FloatFormat, Filter)> {
     let dtype = m
         .get("dtype")
         .and_then(Value::as_str)
-        .and_then(FloatFormat::from_name)
+        .and_then(Precision::from_name)
         .ok_or_else(|| field("dtype"))?;
     let mut filter = Filter::default();
     for o in m.get("ops").and_then(Value::as_array).into_iter().flatten() {
@@ -117,7 +150,7 @@ pub fn regenerate(dir: &Path) -> Result<(Suite, FloatFormat, Filter)> {
                 .ok_or_else(|| field("layouts"))?,
         );
     }
-    let mut s = suite::generate(name, &[dtype], seed, &filter).ok_or_else(|| {
+    let mut s = suite::generate_in(name, &[dtype], seed, &filter).ok_or_else(|| {
         ConfError::field("manifest.json: suite", format!("unknown suite {name:?}"))
     })?;
     if let Some(shard) = crate::report::shard::from_manifest(&m)? {
@@ -143,9 +176,10 @@ pub fn verify_inputs(dir: &Path, s: &Suite) -> Result<()> {
     for c in &s.cases {
         for (name, want) in &c.inputs {
             let path = dir.join(&c.id).join(format!("{name}.npy"));
-            let (_, data) = read_npy(&path, want.len().max(1))?;
-            let same = data.len() == want.len()
-                && (0..want.len()).all(|i| data.get(i).to_bits() == want[i].to_bits());
+            let (_, data) = read_npy_any(&path, want.len().max(1))?;
+            let got = decode(&data);
+            let same = got.len() == want.len()
+                && (0..want.len()).all(|i| got[i].to_bits() == want[i].to_bits());
             if !same {
                 return Err(ConfError::field(
                     format!("{}/{name}.npy", c.id),
@@ -195,28 +229,19 @@ pub fn read_outputs(dir: &Path, p: &Prepared) -> CaseResult {
         let want = shape_of(c, name);
         // Regular files only, size checked against the expected shape before reading: a FIFO,
         // a device or an oversized (even sparse) file is a malformed output, never a hang.
-        let (shape, data) = match read_npy(&path, want.iter().product::<usize>().max(1)) {
+        let (shape, data) = match read_npy_any(&path, want.iter().product::<usize>().max(1)) {
             Ok(v) => v,
             Err(e) => return p.malformed(&format!("{rel}: {}", error_msg(&e))),
         };
         if shape != want {
             return p.malformed(&format!("{rel}: shape {shape:?}, expected {want:?}"));
         }
-        let ok_dtype = matches!(
-            (&data, c.dtype),
-            (NpyData::F32(_), FloatFormat::F32) | (NpyData::F64(_), FloatFormat::F64)
-        );
-        if !ok_dtype {
-            let got = data.dtype_name();
-            return p.malformed(&format!(
-                "{rel}: dtype {got}, expected the case dtype {}",
-                c.dtype.name()
-            ));
+        match values_of(c.dtype_of(name), &data) {
+            Ok(v) => {
+                computed.insert(name.to_string(), v);
+            }
+            Err(why) => return p.malformed(&format!("{rel}: {why}")),
         }
-        computed.insert(
-            name.to_string(),
-            (0..data.len()).map(|i| data.get(i)).collect::<Vec<f64>>(),
-        );
     }
     p.judge(&computed)
 }
@@ -286,7 +311,7 @@ pub fn run_kernel_dir(kernel: &dyn bnconf_impl::Kernel, dir: &Path) -> Result<us
                 c_len
             };
             let ipath = cd.join(format!("{name}.npy"));
-            let (_, data) = read_npy(&ipath, want)?;
+            let (_, data) = read_npy_any(&ipath, want)?;
             if data.len() != want {
                 return Err(ConfError::Npy {
                     path: ipath.display().to_string(),
@@ -297,10 +322,7 @@ pub fn run_kernel_dir(kernel: &dyn bnconf_impl::Kernel, dir: &Path) -> Result<us
                     ),
                 });
             }
-            inputs.insert(
-                name.to_string(),
-                (0..data.len()).map(|i| data.get(i)).collect::<Vec<f64>>(),
-            );
+            inputs.insert(name.to_string(), decode(&data));
         }
         let mut params = bnconf_impl::Params::default();
         if op == bnconf_impl::Op::RunningUpdate {
@@ -349,10 +371,9 @@ pub fn run_kernel_dir(kernel: &dyn bnconf_impl::Kernel, dir: &Path) -> Result<us
                     } else {
                         vec![c]
                     };
-                    let data = match dtype {
-                        bnconf_impl::Dtype::F64 => NpyData::F64(vals),
-                        _ => NpyData::F32(vals.iter().map(|&x| x as f32).collect()),
-                    };
+                    let f = FloatFormat::from_name(case.dtype_of(&name).name())
+                        .expect("same dtype names");
+                    let data = npy_of(f, &vals);
                     write_npy(&out.join(format!("{name}.npy")), &sh, &data)?;
                 }
             }

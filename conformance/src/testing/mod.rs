@@ -279,13 +279,17 @@ impl KernelCase {
                     .ok_or_else(|| ConfError::field("convention", unknown(c)))?,
             ),
         };
+        // Large cases are validated without an exact number per element (their names and
+        // lengths here; whether the op is defined when they are judged).
+        let small = geom.len() < crate::judge::check::FAST_JUDGE_MIN_LEN;
         let mut exact_inputs = BTreeMap::new();
         for (name, vals) in &self.inputs {
-            let mut ex = Vec::with_capacity(vals.len());
+            let mut ex = Vec::with_capacity(if small { vals.len() } else { 0 });
             for (i, &v) in vals.iter().enumerate() {
                 let field = || format!("inputs.{name}[{i}]");
-                let r = f64_to_rational(v)
-                    .ok_or_else(|| ConfError::field(field(), format!("{v} is not finite")))?;
+                if !v.is_finite() {
+                    return Err(ConfError::field(field(), format!("{v} is not finite")));
+                }
                 let dtype = prec.of(name);
                 if suite::to_dtype(v, dtype) != v {
                     return Err(ConfError::field(
@@ -293,9 +297,26 @@ impl KernelCase {
                         format!("{v:e} is not a {} value", dtype.name()),
                     ));
                 }
-                ex.push(QSqrt::rational(r));
+                if small {
+                    ex.push(QSqrt::rational(f64_to_rational(v).expect("finite")));
+                }
             }
             exact_inputs.insert(name.clone(), ex);
+        }
+        if !small {
+            for &name in op.inputs() {
+                let want = match Op::extent(name) {
+                    bnconf_spec::op::Extent::Cells => geom.len(),
+                    _ => geom.c,
+                };
+                let got = self.inputs.get(name).map(Vec::len);
+                if got != Some(want) {
+                    return Err(ConfError::field(
+                        format!("inputs.{name}"),
+                        format!("expected {want} values, got {got:?}"),
+                    ));
+                }
+            }
         }
         let params = Params {
             momentum: match &momentum_text {
@@ -306,11 +327,10 @@ impl KernelCase {
             },
             convention,
         };
-        let problem = Problem::new_with_params(op, geom, eps, exact_inputs, params)
-            .map_err(|e| ConfError::field("case", e.to_string()))?;
-        problem
-            .evaluate()
-            .map_err(|e| ConfError::field("case", e.to_string()))?;
+        if small {
+            Problem::new_with_params(op, geom, eps, exact_inputs, params)
+                .map_err(|e| ConfError::field("case", e.to_string()))?;
+        }
         Ok(SuiteCase {
             id: self.id.clone(),
             level: suite::Level::from_name(&self.level).unwrap_or(suite::Level::Conditioning),
@@ -529,8 +549,24 @@ pub fn reference_kernel(name: &str) -> impl Fn(&KernelCase) -> Option<Outputs> {
     let k = bnconf_impl::kernel_by_name(name)
         .unwrap_or_else(|| panic!("no built-in kernel named {name:?}"));
     move |case: &KernelCase| {
-        let sc = case.to_suite_case().ok()?;
-        k.run(&sc.to_kernel_case()).ok()
+        let dt = |n: &str| bnconf_impl::Dtype::from_name(n);
+        let kc = bnconf_impl::Case {
+            op: bnconf_impl::Op::from_name(&case.op)?,
+            layout: bnconf_impl::Layout::from_name(&case.layout)?,
+            shape: case.shape.clone(),
+            dtype: dt(&case.dtype)?,
+            param_dtype: dt(&case.param_dtype).or_else(|| dt(&case.dtype))?,
+            eps: case.eps,
+            inputs: case.inputs.clone(),
+            params: bnconf_impl::Params {
+                momentum: case.momentum.unwrap_or(0.0),
+                convention: case
+                    .convention
+                    .as_deref()
+                    .and_then(bnconf_impl::Convention::from_name),
+            },
+        };
+        k.run(&kc).ok()
     }
 }
 

@@ -1,0 +1,208 @@
+//! The `scale` suite (docs/FORMAT.md): channels large enough that kernels cut them into
+//! blocks and merge partial statistics — m up to 1,054,947 cells (above 2^20, never a power
+//! of two: 2^16 + 1, 3·2^18 − 5, ...), C up to 2051, N up to 64 — in nchw and nhwc, forward and
+//! backward, at the levels core and conditioning. Cases are judged through the fast cells
+//! (`judge::check::judged_fast`): exact per-channel constants, double-double per element.
+
+use super::{to_dtype, Level, Precision, Rng, SuiteCase};
+use bnconf_spec::exact::round::FloatFormat;
+use bnconf_spec::{Geometry, Layout, Op};
+use std::collections::BTreeMap;
+
+/// How a scale case's cells are drawn.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Data {
+    /// N(0, 1).
+    Gaussian,
+    /// Per-channel mean in [-3, 3] and std in [0.5, 2].
+    Offset,
+    /// Mean/std of 10^6 (f64), 10^3 (f32), 10 (f16, bf16): catastrophic cancellation for a
+    /// one-pass variance, and a between-block term that dominates a wrong merge.
+    LargeMean,
+    /// The mean drifts with the sample index n (or, for N = 1, along the channel): blocks have
+    /// different means, which a merge without Chan's δ² term gets wrong.
+    Drift,
+}
+
+/// One shape of the suite.
+#[derive(Clone, Copy, Debug)]
+pub struct ScaleShape {
+    /// Name in the case id.
+    pub name: &'static str,
+    /// `(N, C, H, W)`.
+    pub nchw: (usize, usize, usize, usize),
+    /// Data.
+    pub data: Data,
+    /// Level.
+    pub level: Level,
+    /// What it targets.
+    pub target: &'static str,
+}
+
+/// The shapes: cells per channel m and channel counts C at which kernels split and merge.
+pub const SHAPES: [ScaleShape; 5] = [
+    ScaleShape {
+        name: "m65537",
+        nchw: (1, 3, 1, 65537),
+        data: Data::Gaussian,
+        level: Level::Core,
+        target: "m = 2^16 + 1 (one cell past 64 blocks of 1024), C = 3",
+    },
+    ScaleShape {
+        name: "m786427",
+        nchw: (1, 2, 1, 786_427),
+        data: Data::LargeMean,
+        level: Level::Conditioning,
+        target: "m = 3·2^18 − 5 with a large mean, C = 2",
+    },
+    ScaleShape {
+        name: "n64",
+        nchw: (64, 5, 57, 57),
+        data: Data::Drift,
+        level: Level::Conditioning,
+        target: "N = 64, m = 207936, per-sample means differ",
+    },
+    ScaleShape {
+        name: "c2051",
+        nchw: (4, 2051, 3, 3),
+        data: Data::Offset,
+        level: Level::Core,
+        target: "C = 2051 channels (not a power of two) of m = 36",
+    },
+    ScaleShape {
+        name: "m1054947",
+        nchw: (3, 2, 593, 593),
+        data: Data::Drift,
+        level: Level::Conditioning,
+        target: "m = 1054947 > 2^20, per-sample means differ",
+    },
+];
+
+/// The case of a shape, op, layout and precision (random stream forked from the suite seed
+/// by the id, so a case is the same whatever the filters).
+pub fn make(root: &Rng, sc: &ScaleShape, prec: Precision, op: Op, layout: Layout) -> SuiteCase {
+    let (dtype, pdt) = (prec.act, prec.param);
+    let id = format!(
+        "{}.{}.{}.scale-{}",
+        op.name(),
+        layout.name(),
+        prec.name(),
+        sc.name
+    );
+    let stream = format!(
+        "{}.{}.{}.scale-{}",
+        op.name(),
+        layout.name(),
+        dtype.name(),
+        sc.name
+    );
+    let mut rng = root.fork(&stream);
+    let (n, c, h, w) = sc.nchw;
+    let shape = match layout {
+        Layout::Nhwc => vec![n, h, w, c],
+        _ => vec![n, c, h, w],
+    };
+    let geom = Geometry::new(layout, &shape, usize::MAX).expect("valid scale shape");
+    let ratio = match dtype {
+        FloatFormat::F64 => 1e6,
+        FloatFormat::F32 => 1e3,
+        _ => 10.0,
+    };
+    let centers: Vec<(f64, f64)> = (0..c)
+        .map(|_| match sc.data {
+            Data::Gaussian => (0.0, 1.0),
+            Data::Offset | Data::Drift => (rng.range(-3.0, 3.0), rng.range(0.5, 2.0)),
+            Data::LargeMean => (ratio * rng.range(1.0, 4.0), 1.0),
+        })
+        .collect();
+    let m = geom.m;
+    let mut x = vec![0.0; geom.len()];
+    let mut dy = if op == Op::Backward {
+        vec![0.0; geom.len()]
+    } else {
+        Vec::new()
+    };
+    for (ch, &(mu, sd)) in centers.iter().enumerate() {
+        for k in 0..m {
+            let shift = match sc.data {
+                // Sample index n of cell k (cells of a channel run n-major), or, with N = 1,
+                // the position along the channel in tenths.
+                Data::Drift if n > 1 => 2.0 * sd * (k / geom.hw) as f64 / n as f64,
+                Data::Drift => 2.0 * sd * ((10 * k / m) as f64) / 10.0,
+                _ => 0.0,
+            };
+            let i = geom.offset(ch, k);
+            x[i] = to_dtype(mu + shift + sd * rng.normal(), dtype);
+            if op == Op::Backward {
+                dy[i] = to_dtype(rng.normal(), dtype);
+            }
+        }
+    }
+    let mut inputs = BTreeMap::new();
+    inputs.insert("x".to_string(), x);
+    if op == Op::Backward {
+        inputs.insert("dy".to_string(), dy);
+    }
+    let gamma: Vec<f64> = (0..c)
+        .map(|_| {
+            let g = rng.range(0.5, 2.0);
+            to_dtype(if rng.below(4) == 0 { -g } else { g }, pdt)
+        })
+        .collect();
+    inputs.insert("gamma".to_string(), gamma);
+    if op == Op::Forward {
+        let beta = (0..c)
+            .map(|_| to_dtype(rng.range(-1.0, 1.0), pdt))
+            .collect();
+        inputs.insert("beta".to_string(), beta);
+    }
+    SuiteCase {
+        id,
+        level: sc.level,
+        class: format!("scale-{}", sc.name),
+        target: sc.target.to_string(),
+        dtype,
+        param_dtype: pdt,
+        op,
+        layout,
+        shape,
+        eps: "1e-5".to_string(),
+        momentum: None,
+        convention: None,
+        inputs,
+    }
+}
+
+/// Whether a scale case is ill-posed in its dtype (the rule of [`super::ill_posed`]:
+/// `u·cond_q ≥ q/2` with `q = var + eps`, `cond_q = 2·mean|x − mean|·|x|`), decided per channel
+/// in f64 with a margin of 4 on each side of the threshold, which f64's rounding cannot cross
+/// (its relative error here is below 1e-9); a channel inside the margin is reported as
+/// ill-posed too. Also refuses non-finite cells (overflow of the dtype).
+pub fn ill_posed(case: &SuiteCase) -> Option<String> {
+    let g = Geometry::new(case.layout, &case.shape, usize::MAX).expect("valid");
+    let x = &case.inputs["x"];
+    if let Some(i) = x.iter().position(|v| !v.is_finite()) {
+        return Some(format!("x[{i}] overflows {}", case.dtype.name()));
+    }
+    let u = case.dtype.unit_roundoff();
+    let eps: f64 = case.eps.parse().expect("decimal eps");
+    for c in 0..g.c {
+        let m = g.m as f64;
+        let mean = (0..g.m).map(|k| x[g.offset(c, k)]).sum::<f64>() / m;
+        let (mut var, mut cond) = (0.0, 0.0);
+        for k in 0..g.m {
+            let v = x[g.offset(c, k)];
+            var += (v - mean) * (v - mean);
+            cond += (v - mean).abs() * v.abs();
+        }
+        let q = var / m + eps;
+        let lhs = u * 2.0 * cond / m;
+        if lhs >= q / 8.0 {
+            return Some(format!(
+                "channel {c}: u*cond(var+eps) = {lhs:.3e} is not below (var+eps)/8 = {:.3e}",
+                q / 8.0
+            ));
+        }
+    }
+    None
+}

@@ -1,0 +1,212 @@
+//! Large cases: judging through the fast cells (exact per-channel constants, double-double per
+//! element, exact fallback) gives the exact path's budgets, verdicts and ratios; and the
+//! `scale` suite sees block-merge bugs that no small case can.
+
+use bnconf::judge::check::{self, judged_fast, prepare_with, CaseResult, Verdict};
+use bnconf::suite::{self, to_dtype, Filter, Level, Rng, SuiteCase};
+use bnconf_impl::kernel_by_name;
+use bnconf_spec::exact::round::FloatFormat;
+use bnconf_spec::{Geometry, Layout, Op};
+use std::collections::BTreeMap;
+
+/// A case of `op` with `len ≥ 2^14` cells: large mean (so the rounding of the statistics
+/// matters), handed-in statistics near the batch's for the ops that take them.
+fn big_case(op: Op, layout: Layout, dtype: FloatFormat, seed: u64) -> SuiteCase {
+    let (n, c, h, w) = (3, 4, 37, 41);
+    let shape = match layout {
+        Layout::Nchw => vec![n, c, h, w],
+        Layout::Nhwc => vec![n, h, w, c],
+        _ => vec![c, n * h * w],
+    };
+    let g = Geometry::new(layout, &shape, usize::MAX).unwrap();
+    let mut rng = Rng::new(seed);
+    let mut x = vec![0.0; g.len()];
+    let mut dy = vec![0.0; g.len()];
+    let mut stats = Vec::new();
+    for ch in 0..c {
+        let mu = 100.0 * (ch as f64 + 1.0);
+        let sd = 0.5 + ch as f64;
+        let (mut s1, mut s2) = (0.0, 0.0);
+        for k in 0..g.m {
+            let v = to_dtype(mu + sd * rng.normal(), dtype);
+            x[g.offset(ch, k)] = v;
+            dy[g.offset(ch, k)] = to_dtype(rng.normal(), dtype);
+            s1 += v;
+            s2 += v * v;
+        }
+        let mean = s1 / g.m as f64;
+        stats.push((mean, s2 / g.m as f64 - mean * mean));
+    }
+    let per = |f: &dyn Fn(usize) -> f64| (0..c).map(|ch| to_dtype(f(ch), dtype)).collect();
+    let mut inputs = BTreeMap::new();
+    for &name in op.inputs() {
+        let v: Vec<f64> = match name {
+            "x" => x.clone(),
+            "dy" => dy.clone(),
+            "gamma" => per(&|ch| if ch == 2 { -1.25 } else { 0.75 + ch as f64 }),
+            "beta" => per(&|ch| 0.5 - ch as f64),
+            "mean" => per(&|ch| stats[ch].0 * (1.0 + 1e-6)),
+            "var" => per(&|ch| stats[ch].1 * 1.01),
+            "m2" => per(&|ch| stats[ch].1 * 1.01 + stats[ch].0 * stats[ch].0),
+            "mean_dy" => per(&|ch| 0.01 * ch as f64),
+            "mean_dy_xhat" => per(&|ch| -0.02 * ch as f64),
+            _ => unreachable!("{name}"),
+        };
+        inputs.insert(name.to_string(), v);
+    }
+    SuiteCase {
+        id: format!("big.{}.{}.{}", op.name(), layout.name(), dtype.name()),
+        level: Level::Conditioning,
+        class: "big".into(),
+        target: String::new(),
+        dtype,
+        param_dtype: dtype,
+        op,
+        layout,
+        shape,
+        eps: "1e-5".into(),
+        momentum: None,
+        convention: None,
+        inputs,
+    }
+}
+
+fn same(a: &CaseResult, b: &CaseResult) -> Result<(), String> {
+    if a.verdict != b.verdict {
+        return Err(format!("verdict {:?} vs {:?}", a.verdict, b.verdict));
+    }
+    for (oa, ob) in a.outputs.iter().zip(&b.outputs) {
+        let close = oa.worst_ratio == ob.worst_ratio
+            || (oa.worst_ratio - ob.worst_ratio).abs() <= 1e-9 * ob.worst_ratio.abs();
+        if !close || oa.n_over != ob.n_over || oa.expected != ob.expected {
+            return Err(format!(
+                "{}: ratio {} vs {}, over {} vs {}, expected {} vs {}",
+                oa.name,
+                oa.worst_ratio,
+                ob.worst_ratio,
+                oa.n_over,
+                ob.n_over,
+                oa.expected,
+                ob.expected
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn fast_cells_judge_exactly_like_the_exact_path() {
+    let ops = [
+        Op::Forward,
+        Op::Backward,
+        Op::Eval,
+        Op::SyncForward,
+        Op::SyncBackward,
+    ];
+    let kernels = [
+        "twopass-native",
+        "bad-unbiased-var",
+        "bad-onepass-var",
+        "bad-eps-f16",
+    ];
+    let mut cases = Vec::new();
+    for (i, op) in ops.into_iter().enumerate() {
+        for layout in [Layout::Nchw, Layout::Nhwc, Layout::Rows] {
+            for dtype in [FloatFormat::F32, FloatFormat::F64] {
+                cases.push(big_case(op, layout, dtype, 17 + i as u64));
+            }
+        }
+    }
+    assert!(cases.iter().all(judged_fast));
+    let fast = prepare_with(&cases, true).unwrap();
+    let exact = prepare_with(&cases, false).unwrap();
+    let (mut failing, mut passing) = (0, 0);
+    for (pf, pe) in fast.iter().zip(&exact) {
+        assert!(pf.fast.is_some() && pe.fast.is_none());
+        assert_eq!(pf.budgets, pe.budgets, "{}: budgets differ", pf.case.id);
+        for name in kernels {
+            let k = kernel_by_name(name).unwrap();
+            let out = k.run(&pf.case.to_kernel_case()).unwrap();
+            let (rf, re) = (pf.judge(&out), pe.judge(&out));
+            same(&rf, &re).unwrap_or_else(|e| panic!("{} / {name}: {e}", pf.case.id));
+            // Outputs off by one ulp in a few places and by a lot in one.
+            let mut bent = out.clone();
+            let v = bent.get_mut(pf.case.op.outputs()[0]).unwrap();
+            for j in (0..v.len()).step_by(997) {
+                v[j] = f64::from_bits(v[j].to_bits() + 1);
+            }
+            v[5] = -v[5] * 3.0 + 1.0;
+            same(&pf.judge(&bent), &pe.judge(&bent))
+                .unwrap_or_else(|e| panic!("{} / {name} (bent): {e}", pf.case.id));
+            match re.verdict {
+                Verdict::Pass => passing += 1,
+                _ => failing += 1,
+            }
+        }
+    }
+    assert!(
+        failing > 10 && passing > 10,
+        "{failing} failing, {passing} passing"
+    );
+}
+
+fn run_scale(dtype: FloatFormat, kernel: &str) -> Vec<CaseResult> {
+    let s = suite::generate("scale", &[dtype], suite::DEFAULT_SEED, &Filter::default()).unwrap();
+    let prepared = check::prepare(&s.cases).unwrap();
+    check::run_kernel(kernel_by_name(kernel).unwrap().as_ref(), &prepared)
+}
+
+#[test]
+fn the_scale_suite_has_the_sizes_of_the_contract() {
+    let s = suite::generate(
+        "scale",
+        &[FloatFormat::F32],
+        suite::DEFAULT_SEED,
+        &Filter::default(),
+    )
+    .unwrap();
+    let geoms: Vec<Geometry> = s
+        .cases
+        .iter()
+        .map(|c| Geometry::new(c.layout, &c.shape, usize::MAX).unwrap())
+        .collect();
+    let max_m = geoms.iter().map(|g| g.m).max().unwrap();
+    let max_c = geoms.iter().map(|g| g.c).max().unwrap();
+    let max_n = geoms.iter().map(|g| g.n).max().unwrap();
+    assert!(max_m >= 1 << 20, "{max_m}");
+    assert!(max_c >= 2048 && !max_c.is_power_of_two(), "{max_c}");
+    assert_eq!(max_n, 64);
+    assert!(geoms.iter().all(|g| !g.m.is_power_of_two()));
+    for layout in [Layout::Nchw, Layout::Nhwc] {
+        for level in [Level::Core, Level::Conditioning] {
+            assert!(s
+                .cases
+                .iter()
+                .any(|c| c.layout == layout && c.level == level));
+        }
+    }
+    assert!(s.cases.iter().all(judged_fast));
+    assert!(s.excluded.is_empty(), "{:?}", s.excluded);
+}
+
+#[test]
+fn block_merge_kernels_conform_and_block_merge_mutants_are_rejected_on_scale() {
+    for dtype in [FloatFormat::F32, FloatFormat::F64] {
+        for good in ["blocked-1024", "welford-native", "twopass-native"] {
+            let r = run_scale(dtype, good);
+            let bad: Vec<_> = r.iter().filter(|c| !c.conforms()).collect();
+            assert!(bad.is_empty(), "{good} {}: {:?}", dtype.name(), bad);
+        }
+        for mutant in ["bad-block-drop-tail", "bad-block-merge-no-delta"] {
+            let r = run_scale(dtype, mutant);
+            let failing = r.iter().filter(|c| !c.conforms()).count();
+            assert!(failing >= 4, "{mutant} {}: {failing} failing", dtype.name());
+            // Invisible on the default suite (every channel fits in one block).
+            let s = suite::generate("default", &[dtype], suite::DEFAULT_SEED, &Filter::default())
+                .unwrap();
+            let p = check::prepare(&s.cases).unwrap();
+            let d = check::run_kernel(kernel_by_name(mutant).unwrap().as_ref(), &p);
+            assert!(d.iter().all(CaseResult::conforms), "{mutant} on default");
+        }
+    }
+}
