@@ -256,33 +256,11 @@ pub fn budgets(
             }
             // An f64 evaluation that meets 0·∞ (inputs beyond f64's normal range, e.g. f64
             // subnormal data with eps = 0) is unbounded: infinite, as for overflow, never NaN.
-            for e in b.iter_mut().flatten() {
-                for v in [&mut e.cond, &mut e.mag, &mut e.mag2] {
-                    if v.is_nan() {
-                        *v = f64::INFINITY;
-                    }
-                }
-            }
+            no_nan(&mut b);
             Ok(b)
         })
         .collect::<Result<_, SpecError>>()?;
-    let mut out = BTreeMap::new();
-    for (o, &name) in names.iter().enumerate() {
-        let v = match Op::extent(name) {
-            Extent::Cells => {
-                let mut v = vec![ElementBudget::default(); g.len()];
-                for (c, ch) in per_channel.iter().enumerate() {
-                    for (k, e) in ch[o].iter().enumerate() {
-                        v[g.offset(c, k)] = *e;
-                    }
-                }
-                v
-            }
-            Extent::Channel | Extent::Shards => per_channel.iter().map(|ch| ch[o][0]).collect(),
-        };
-        out.insert(name, v);
-    }
-    Ok(out)
+    Ok(assemble(names, g, &per_channel))
 }
 
 /// [`budgets`] by [`Method::Bound`] for an op of the fast path (`forward`, `backward`,
@@ -323,16 +301,30 @@ pub fn budgets_bound_f64(
                 convention: None,
             };
             let mut b = bound_channel_from(op, c, &inp, &CellSource::Floats(&floats), eps)?;
-            for e in b.iter_mut().flatten() {
-                for v in [&mut e.cond, &mut e.mag, &mut e.mag2] {
-                    if v.is_nan() {
-                        *v = f64::INFINITY;
-                    }
-                }
-            }
+            no_nan(&mut b);
             Ok(b)
         })
         .collect::<Result<_, SpecError>>()?;
+    Ok(assemble(names, g, &per_channel))
+}
+
+/// NaN (0·∞ in the f64 evaluation) becomes an infinite budget.
+fn no_nan(b: &mut [Vec<ElementBudget>]) {
+    for e in b.iter_mut().flatten() {
+        for v in [&mut e.cond, &mut e.mag, &mut e.mag2] {
+            if v.is_nan() {
+                *v = f64::INFINITY;
+            }
+        }
+    }
+}
+
+/// Per-channel budgets (matrix view) placed in the layout's order.
+fn assemble(
+    names: &[&'static str],
+    g: &bnconf_spec::Geometry,
+    per_channel: &[Vec<Vec<ElementBudget>>],
+) -> BTreeMap<&'static str, Vec<ElementBudget>> {
     let mut out = BTreeMap::new();
     for (o, &name) in names.iter().enumerate() {
         let v = match Op::extent(name) {
@@ -349,7 +341,7 @@ pub fn budgets_bound_f64(
         };
         out.insert(name, v);
     }
-    Ok(out)
+    out
 }
 
 /// `budgets` with [`auto_method`].
