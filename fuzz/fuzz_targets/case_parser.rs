@@ -4,7 +4,7 @@
 //! as an error naming the field.
 #![no_main]
 
-use bnconf::case::{parse_case, InputLimits};
+use bnconf::formats::case::{parse_case, InputLimits};
 use libfuzzer_sys::fuzz_target;
 use bnconf_spec::exact::round::FloatFormat;
 use std::path::Path;
@@ -28,8 +28,8 @@ fuzz_target!(|data: &[u8]| {
     if case.problem.geom.len() > 64 {
         return;
     }
-    if let Ok(g) = bnconf::golden::compute(case) {
-        let doc = bnconf::golden::golden_json(
+    if let Ok(g) = bnconf::formats::golden::compute(case) {
+        let doc = bnconf::formats::golden::golden_json(
             &g,
             &[
                 FloatFormat::F64,

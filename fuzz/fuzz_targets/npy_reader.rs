@@ -3,8 +3,8 @@
 //! input and must be checked before anything is allocated.
 #![no_main]
 
-use bnconf::case::{npy_to_exact, Dtype};
-use bnconf::npy::read_npy_bytes;
+use bnconf::formats::case::{npy_to_exact, Dtype};
+use bnconf::formats::npy::read_npy_bytes;
 use libfuzzer_sys::fuzz_target;
 use bnconf_spec::exact::round::FloatFormat;
 
