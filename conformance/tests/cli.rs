@@ -3,22 +3,10 @@
 //! table is also an insta snapshot (`tests/snapshots/cli__run_table.snap`).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn bnconf(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bnconf"))
-        .args(args)
-        .output()
-        .expect("bnconf runs")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+mod common;
+use common::{bnconf, text};
 
 fn tmpdir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("bnconf-cli-{name}-{}", std::process::id()));

@@ -11,43 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const BNCONF: &str = env!("CARGO_BIN_EXE_bnconf");
-
-fn bnconf(args: &[&str]) -> Output {
-    Command::new(BNCONF)
-        .args(args)
-        .output()
-        .expect("bnconf runs")
-}
-
-fn bnconf_env(args: &[&str], env: &[(&str, &Path)]) -> Output {
-    let mut c = Command::new(BNCONF);
-    c.args(args);
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().expect("bnconf runs")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+mod common;
+use common::{bnconf, bnconf_env, stdout, text, BNCONF};
 
 fn scratch(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("reports-{}", std::process::id()))
-        .join(name);
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    common::scratch("reports", name)
 }
 
 fn read_json(p: &Path) -> Value {

@@ -13,32 +13,13 @@
 //! the same results); `no_volatile_fields` guards that.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-const BNCONF: &str = env!("CARGO_BIN_EXE_bnconf");
-
-fn bnconf(args: &[&str]) -> Output {
-    Command::new(BNCONF)
-        .args(args)
-        .output()
-        .expect("bnconf runs")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+mod common;
+use common::{bnconf, stderr, stdout, BNCONF};
 
 fn scratch(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("snapshots-{}", std::process::id()))
-        .join(name);
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    common::scratch("snapshots", name)
 }
 
 /// Every whitespace-delimited word naming `check --exec`'s temporary suite directory
