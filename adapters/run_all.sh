@@ -14,6 +14,14 @@
 #                                            their diagnostics (docs/ADAPTERS.md, "StableHLO"); with
 #                                            --heavy/--torch also the cheap set and those
 #        SHLO_ENGINES=xla ... --stablehlo            only the XLA engine (default: "xla iree")
+#        bash adapters/run_all.sh --replicated  only the replicated suite (sync BN across real replicas,
+#                                            bnconf check --suite replicated --timeout 900): flax_bn_sync(_twopass)
+#                                            (jax.pmap, 8 CPU devices), flax_bn_dist (jax.distributed, 2 processes),
+#                                            tf_keras_bn_sync (MirroredStrategy), torch_dist_bn and torch_syncbn
+#                                            (torch.distributed gloo, one process per rank); needs
+#                                            bash adapters/setup.sh --heavy --torch; writes
+#                                            adapters/results/<adapter>-replicated-<dtype>.json
+#        REPL_ADAPTERS="flax_bn_sync torch_dist_bn" ... --replicated   only those (default: all six)
 #        ADAPTERS_HEAVY=1 bash adapters/run_all.sh   same as --heavy
 #        RUST_PEERS=0 ... --heavy                    skip adapters/rust/run.sh
 # Needs: bash adapters/setup.sh (the venv), and a built bnconf:
@@ -25,17 +33,21 @@ cd "$(dirname "$0")/.."
 HEAVY=${ADAPTERS_HEAVY:-0}
 TORCH=0
 STABLEHLO=0
+REPLICATED=0
 for arg in "$@"; do
   case $arg in
     --heavy) HEAVY=1 ;;
     --torch) TORCH=1 ;;
     --stablehlo) STABLEHLO=1 ;;
-    *) echo "usage: bash adapters/run_all.sh [--heavy] [--torch] [--stablehlo]" >&2; exit 2 ;;
+    --replicated) REPLICATED=1 ;;
+    *) echo "usage: bash adapters/run_all.sh [--heavy] [--torch] [--stablehlo] [--replicated]" >&2; exit 2 ;;
   esac
 done
 # --stablehlo alone runs only the StableHLO set (its own venv); the cheap set needs adapters/.venv
 MAIN=1
 if [ "$STABLEHLO" = 1 ] && [ "$HEAVY" = 0 ] && [ "$TORCH" = 0 ]; then MAIN=0; fi
+# --replicated alone runs only the replicated suite
+if [ "$REPLICATED" = 1 ] && [ "$STABLEHLO" = 0 ] && [ "$HEAVY" = 0 ] && [ "$TORCH" = 0 ]; then MAIN=0; fi
 PY=${PY:-adapters/.venv/bin/python}
 SHLO_PY=${SHLO_PY:-adapters/.venv-stablehlo/bin/python}
 SHLO_ENGINES=${SHLO_ENGINES:-xla iree}
@@ -47,8 +59,12 @@ if [ -z "$BNCONF" ]; then
   done
 fi
 usable "$BNCONF" || { echo "run_all.sh: no working bnconf binary with 'check --exec' (set BNCONF=...)" >&2; exit 2; }
+if [ "$REPLICATED" = 1 ] && ! "$BNCONF" check --help 2>/dev/null | grep -q -- '--timeout'; then
+  echo "run_all.sh: --replicated needs a bnconf with 'check --suite replicated --timeout' ($BNCONF has no --timeout)" >&2
+  exit 2
+fi
 echo "bnconf: $BNCONF"
-if [ "$MAIN" = 1 ]; then
+if [ "$MAIN" = 1 ] || [ "$REPLICATED" = 1 ]; then
   [ -x "$PY" ] || { echo "run_all.sh: no $PY (run bash adapters/setup.sh)" >&2; exit 2; }
 fi
 if [ "$STABLEHLO" = 1 ]; then
@@ -70,19 +86,27 @@ if [ "$TORCH" = 1 ] && ! "$PY" -c 'import torch' 2>/dev/null; then
   echo "run_all.sh: --torch needs torch in $PY (run bash adapters/setup.sh --torch)" >&2
   exit 2
 fi
+if [ "$REPLICATED" = 1 ] && ! "$PY" -c 'import jax, flax, tensorflow, torch' 2>/dev/null; then
+  echo "run_all.sh: --replicated needs jax, flax, tensorflow and torch in $PY (run bash adapters/setup.sh --heavy --torch)" >&2
+  exit 2
+fi
 mkdir -p adapters/results
 worst=0
+SUITE=default
 
 # run NAME SCRIPT DTYPE "ENV=VAL ..." [extra bnconf check arguments]
 run() {
   local name=$1 script=$2 dtype=$3 envs=$4
   shift 4
   local base=adapters/results/$name-$dtype
+  local tag=""
+  [ "$SUITE" = default ] || { base=adapters/results/$name-$SUITE-$dtype; tag=" $SUITE"; }
+  local t0=$SECONDS
   # shellcheck disable=SC2086  # $envs: zero or more VAR=value words
-  env $envs "$BNCONF" check --suite default --dtype "$dtype" "$@" --exec "${RUN_PY:-$PY} adapters/$script" \
+  env $envs "$BNCONF" check --suite "$SUITE" --dtype "$dtype" "$@" --exec "${RUN_PY:-$PY} adapters/$script" \
     --report "$base.json" > "$base.txt" 2> "$base.stderr.txt"
   local rc=$?
-  echo "$name $dtype${envs:+ ($envs)}: exit $rc ($(tail -n1 "$base.txt"))"
+  echo "$name$tag $dtype${envs:+ ($envs)}: exit $rc in $((SECONDS - t0)) s ($(tail -n1 "$base.txt"))"
   if [ "$rc" -ge 2 ]; then worst=$rc; tail -n 30 "$base.stderr.txt" >&2; fi
 }
 
@@ -145,5 +169,23 @@ if [ "$STABLEHLO" = 1 ]; then
     echo "stablehlo engine $e: $((SECONDS - t0)) s"
   done
   unset RUN_PY
+fi
+if [ "$REPLICATED" = 1 ]; then
+  SUITE=replicated
+  for a in ${REPL_ADAPTERS:-flax_bn_sync flax_bn_sync_twopass flax_bn_dist tf_keras_bn_sync torch_dist_bn torch_syncbn}; do
+    case $a in
+      flax_bn_sync) script=flax_bn_sync.py envs="" ;;
+      flax_bn_sync_twopass) script=flax_bn_sync.py envs="FLAX_BN_FAST_VARIANCE=0" ;;
+      flax_bn_dist) script=flax_bn_dist.py envs="" ;;
+      tf_keras_bn_sync) script=tf_keras_bn_sync.py envs="" ;;
+      torch_dist_bn) script=torch_dist_bn.py envs="" ;;
+      torch_syncbn) script=torch_dist_bn.py envs="TORCH_DIST_BN=syncbn" ;;
+      *) echo "run_all.sh: REPL_ADAPTERS: unknown adapter $a" >&2; exit 2 ;;
+    esac
+    for dtype in f32 f64; do
+      run "$a" "$script" $dtype "$envs" --timeout 900
+    done
+  done
+  SUITE=default
 fi
 exit $worst

@@ -5,6 +5,11 @@
 #                                          (requirements-heavy.txt, about 2 GB installed), same venv
 #        bash adapters/setup.sh --torch    also PyTorch (requirements-torch.txt: PyPI's CUDA build,
 #                                          about 5 GB with its nvidia-* wheels; runs on CPU too)
+#        bash adapters/setup.sh --replicated  same as --heavy --torch: what the replicated-suite
+#                                          adapters need (flax_bn_sync, flax_bn_dist, tf_keras_bn_sync,
+#                                          torch_dist_bn; run_all.sh --replicated); jax.distributed's
+#                                          CPU collectives (gloo) ship in jaxlib, torch.distributed's
+#                                          gloo backend in torch: nothing more to install
 #        bash adapters/setup.sh --stablehlo  only the StableHLO adapter's own venv
 #                                          adapters/.venv-stablehlo (adapters/stablehlo/requirements.txt:
 #                                          jax/jaxlib for XLA:CPU, iree-base-compiler/-runtime);
@@ -18,8 +23,9 @@ for arg in "$@"; do
   case $arg in
     --heavy) reqs+=(-r adapters/requirements-heavy.txt); main_venv=2 ;;
     --torch) reqs+=(-r adapters/requirements-torch.txt); main_venv=2 ;;
+    --replicated) reqs+=(-r adapters/requirements-heavy.txt -r adapters/requirements-torch.txt); main_venv=2 ;;
     --stablehlo) stablehlo=1 ;;
-    *) echo "usage: bash adapters/setup.sh [--heavy] [--torch] [--stablehlo]" >&2; exit 2 ;;
+    *) echo "usage: bash adapters/setup.sh [--heavy] [--torch] [--replicated] [--stablehlo]" >&2; exit 2 ;;
   esac
 done
 if [ "$stablehlo" = 1 ]; then

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Markdown table framework x dtype x op x level from adapters/results/*.json (bnconf-report/1).
+"""Markdown tables from adapters/results/*.json (bnconf-report/1): framework x dtype x op x
+level for the default-suite reports, and framework x dtype x op x split for the replicated ones.
 
 Usage: python adapters/table.py [RESULTS_DIR]              print the table (default adapters/results)
        python adapters/table.py [RESULTS_DIR] --check README.md
@@ -12,7 +13,15 @@ One row per framework (the report's file name before `-<dtype>.json`), dtype and
 column per level.  A cell reads `pass 12/12, worst 1.3` (conforming / supported cases, worst
 ratio over the supported cases of that cell; a case conforms when its worst ratio <= k), or
 `unsupported`, or `**FAIL** 3/12, worst ...` when some supported case does not conform.  A
-framework and dtype whose every case is unsupported gets one row, op `(all)`."""
+framework and dtype whose every case is unsupported gets one row, op `(all)`.
+
+Replicated suite: reports named `<framework>-replicated-<dtype>.json` (bnconf check --suite
+replicated) are left out of that table and make a second one, between
+`<!-- adapters-replicated-table:begin -->` and `<!-- adapters-replicated-table:end -->`:
+one column per kind of split (equal shards, unequal shards, one empty rank; the case id's
+last part, e.g. `r3-empty`), every level together.  --check and --write handle both blocks
+of FILE; a file with replicated reports to show must have the second block.
+`python adapters/table.py --replicated` prints that table."""
 
 import argparse
 import difflib
@@ -27,6 +36,11 @@ OPS = ["forward", "backward", "eval", "sync_forward", "sync_backward", "running_
 LEVELS = ["core", "conditioning", "range"]
 BEGIN = "<!-- adapters-table:begin -->"
 END = "<!-- adapters-table:end -->"
+RBEGIN = "<!-- adapters-replicated-table:begin -->"
+REND = "<!-- adapters-replicated-table:end -->"
+SPLITS = ["equal", "unequal", "empty"]
+SPLIT_HEAD = {"equal": "equal shards", "unequal": "unequal shards", "empty": "one empty rank"}
+REPL = "-replicated-"
 
 
 def ratio(v):
@@ -64,17 +78,61 @@ def cell(cases):
     return s
 
 
+def load(f):
+    with open(f) as fh:
+        rep = json.load(fh)
+    if rep.get("format") != "bnconf-report/1":
+        sys.exit(f"table.py: {f} is not a bnconf-report/1")
+    return rep
+
+
+def split_kind(c):
+    """equal / unequal / empty from the case's shard sizes if the report has them, else
+    from the id's last part (`r3-empty`)."""
+    sizes = c.get("shard_sizes")
+    if sizes:
+        return "empty" if 0 in sizes else "equal" if len(set(sizes)) == 1 else "unequal"
+    last = c["id"].rsplit(".", 1)[-1]
+    kind = last.rsplit("-", 1)[-1]
+    if kind not in SPLITS:
+        sys.exit(f"table.py: case {c['id']}: no split kind (equal/unequal/empty) in its id")
+    return kind
+
+
+def render_replicated(d):
+    """The replicated-suite table, or None when there is no replicated report."""
+    files = sorted(glob.glob(os.path.join(d, "*" + REPL + "*.json")))
+    if not files:
+        return None
+    rows = OrderedDict()
+    for f in files:
+        rep = load(f)
+        fw = os.path.basename(f)[: -len(".json")].rsplit(REPL, 1)[0]
+        for c in rep["cases"]:
+            rows.setdefault((fw, c["dtype"]), OrderedDict()).setdefault(c["op"], {}).setdefault(split_kind(c), []).append(c)
+    out = ["| framework | dtype | op | " + " | ".join(SPLIT_HEAD[k] for k in SPLITS) + " |",
+           "|---|---|---|" + "---|" * len(SPLITS)]
+    opkey = lambda op: (OPS.index(op) if op in OPS else len(OPS), op)  # noqa: E731
+    for fw, dt in sorted(rows):
+        ops = rows[(fw, dt)]
+        every = [c for op in ops.values() for cs in op.values() for c in cs]
+        if all(c["verdict"] == "unsupported" for c in every):
+            out.append(f"| {fw} | {dt} | (all) | " + " | ".join("unsupported" for _ in SPLITS) + " |")
+            continue
+        for op in sorted(ops, key=opkey):
+            cells = [cell(ops[op][k]) if k in ops[op] else "–" for k in SPLITS]
+            out.append(f"| {fw} | {dt} | {op} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
 def render(d):
-    files = sorted(glob.glob(os.path.join(d, "*.json")))
+    files = sorted(f for f in glob.glob(os.path.join(d, "*.json")) if REPL not in os.path.basename(f))
     if not files:
         sys.exit(f"table.py: no reports in {d} (run bash adapters/run_all.sh)")
     levels = set()
     rows = OrderedDict()
     for f in files:
-        with open(f) as fh:
-            rep = json.load(fh)
-        if rep.get("format") != "bnconf-report/1":
-            sys.exit(f"table.py: {f} is not a bnconf-report/1")
+        rep = load(f)
         fw = os.path.basename(f)[: -len(".json")].rsplit("-", 1)[0]
         for c in rep["cases"]:
             levels.add(c["level"])
@@ -94,43 +152,58 @@ def render(d):
     return "\n".join(out) + "\n"
 
 
-def split(path):
-    with open(path) as f:
-        text = f.read()
+def split(text, path, begin=BEGIN, end=END):
     lines = text.splitlines(keepends=True)
     try:
-        b = next(i for i, l in enumerate(lines) if l.strip() == BEGIN)
-        e = next(i for i, l in enumerate(lines) if i > b and l.strip() == END)
+        b = next(i for i, l in enumerate(lines) if l.strip() == begin)
+        e = next(i for i, l in enumerate(lines) if i > b and l.strip() == end)
     except StopIteration:
-        sys.exit(f"table.py: {path} has no block between {BEGIN} and {END}")
-    return lines[: b + 1], "".join(lines[b + 1 : e]), lines[e:]
+        sys.exit(f"table.py: {path} has no block between {begin} and {end}")
+    return "".join(lines[: b + 1]), "".join(lines[b + 1 : e]), "".join(lines[e:])
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", nargs="?", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     g = ap.add_mutually_exclusive_group()
-    g.add_argument("--check", metavar="FILE", help="exit 1 with a diff if FILE's marker block differs")
-    g.add_argument("--write", metavar="FILE", help="rewrite FILE's marker block")
+    g.add_argument("--check", metavar="FILE", help="exit 1 with a diff if FILE's marker blocks differ")
+    g.add_argument("--write", metavar="FILE", help="rewrite FILE's marker blocks")
+    g.add_argument("--replicated", action="store_true", help="print the replicated-suite table")
     a = ap.parse_args()
     table = render(a.results)
+    rtable = render_replicated(a.results)
+    if a.replicated:
+        if rtable is None:
+            sys.exit(f"table.py: no replicated reports (*{REPL}*.json) in {a.results}")
+        sys.stdout.write(rtable)
+        return 0
     if not a.check and not a.write:
         sys.stdout.write(table)
         return 0
     path = a.check or a.write
-    head, old, tail = split(path)
+    with open(path) as f:
+        text = f.read()
+    blocks = [(BEGIN, END, table, "adapters table")]
+    if rtable is not None or RBEGIN in text:
+        blocks.append((RBEGIN, REND, rtable or "", "replicated-suite table"))
+    new = text
+    stale = False
+    for begin, end, want, what in blocks:
+        head, old, tail = split(new, path, begin, end)
+        if old != want:
+            stale = True
+            if a.check:
+                sys.stdout.writelines(
+                    difflib.unified_diff(old.splitlines(keepends=True), want.splitlines(keepends=True),
+                                         f"{path} ({what})", "adapters/table.py")
+                )
+                print(f"table.py: the {what} in {path} is stale; run python3 adapters/table.py --write {path}", file=sys.stderr)
+        new = head + want + tail
     if a.check:
-        if old == table:
-            return 0
-        sys.stdout.writelines(
-            difflib.unified_diff(old.splitlines(keepends=True), table.splitlines(keepends=True),
-                                 f"{path} (adapters table)", "adapters/table.py")
-        )
-        print(f"table.py: the adapters table in {path} is stale; run python3 adapters/table.py --write {path}", file=sys.stderr)
-        return 1
-    if old != table:
+        return 1 if stale else 0
+    if new != text:
         with open(path, "w") as f:
-            f.write("".join(head) + table + "".join(tail))
+            f.write(new)
     return 0
 
 
