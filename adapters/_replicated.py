@@ -116,13 +116,16 @@ def root_arg():
     return sys.argv[1]
 
 
-def main_inprocess(run_case, name, root=None):
-    """One process runs every replica of every case: run_case(case, ranks) -> [outs_r]."""
+def main_inprocess(run_case, name, root=None, ranks_only=None):
+    """One process runs every replica of every case: run_case(case, ranks) -> [outs_r].
+    ranks_only=R: only the cases with R ranks (the others are left alone)."""
     root = root or root_arg()
     n_ok = n_unsup = n_err = 0
     for d in case_dirs(root):
         try:
             case = read_case(d)
+            if ranks_only is not None and int(case["ranks"]) != ranks_only:
+                continue
             check_case(case, name)
             ranks = [load_rank(d, case, r) for r in range(case["ranks"])]
             with np.errstate(all="ignore"):
@@ -138,7 +141,8 @@ def main_inprocess(run_case, name, root=None):
         except Exception:
             report_error(name, d)
             n_err += 1
-    print(f"{name}: {n_ok} cases computed, {n_unsup} unsupported, {n_err} raised", file=sys.stderr)
+    only = "" if ranks_only is None else f" (R={ranks_only})"
+    print(f"{name}{only}: {n_ok} cases computed, {n_unsup} unsupported, {n_err} raised", file=sys.stderr)
     return n_err
 
 
