@@ -86,9 +86,17 @@ if [ "$TORCH" = 1 ] && ! "$PY" -c 'import torch' 2>/dev/null; then
   echo "run_all.sh: --torch needs torch in $PY (run bash adapters/setup.sh --torch)" >&2
   exit 2
 fi
-if [ "$REPLICATED" = 1 ] && ! "$PY" -c 'import jax, flax, tensorflow, torch' 2>/dev/null; then
-  echo "run_all.sh: --replicated needs jax, flax, tensorflow and torch in $PY (run bash adapters/setup.sh --heavy --torch)" >&2
-  exit 2
+REPL_ADAPTERS=${REPL_ADAPTERS:-flax_bn_sync flax_bn_sync_twopass flax_bn_dist tf_keras_bn_sync torch_dist_bn torch_syncbn}
+if [ "$REPLICATED" = 1 ]; then
+  mods=""
+  case " $REPL_ADAPTERS " in *" flax_bn"*) mods="$mods, jax, flax" ;; esac
+  case " $REPL_ADAPTERS " in *" tf_keras"*) mods="$mods, tensorflow, keras" ;; esac
+  case " $REPL_ADAPTERS " in *" torch_"*) mods="$mods, torch" ;; esac
+  mods=${mods#, }
+  if [ -n "$mods" ] && ! "$PY" -c "import $mods" 2>/dev/null; then
+    echo "run_all.sh: --replicated ($REPL_ADAPTERS) needs $mods in $PY (run bash adapters/setup.sh --replicated)" >&2
+    exit 2
+  fi
 fi
 mkdir -p adapters/results
 worst=0
@@ -172,7 +180,7 @@ if [ "$STABLEHLO" = 1 ]; then
 fi
 if [ "$REPLICATED" = 1 ]; then
   SUITE=replicated
-  for a in ${REPL_ADAPTERS:-flax_bn_sync flax_bn_sync_twopass flax_bn_dist tf_keras_bn_sync torch_dist_bn torch_syncbn}; do
+  for a in $REPL_ADAPTERS; do
     case $a in
       flax_bn_sync) script=flax_bn_sync.py envs="" ;;
       flax_bn_sync_twopass) script=flax_bn_sync.py envs="FLAX_BN_FAST_VARIANCE=0" ;;
