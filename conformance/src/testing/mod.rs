@@ -345,6 +345,7 @@ impl KernelCase {
             momentum: momentum_text,
             convention,
             inputs: self.inputs.clone(),
+            shard_sizes: vec![],
         })
     }
 }
