@@ -652,3 +652,53 @@ proptest! {
         prop_assert!(r.conforms(), "replicated-chan on {} split {split:?}: {:?} {}", c.id, r.verdict, r.worst_ratio);
     }
 }
+
+/// The library: `check_replicated_kernel` judges a user's sync BN per rank (ok for the
+/// held-out correct kernel, not ok for a mutant, naming ranks); `check_kernel` refuses the
+/// replicated suite (it cannot be judged as one whole-batch kernel) with a message saying so.
+#[test]
+fn library_judges_replicated_kernels_per_rank() {
+    use bnconf::testing::{check_kernel, check_replicated_kernel, KernelCase};
+    let run = |mutant: Option<Mutant>| {
+        move |ranks: &[KernelCase]| {
+            let shards: Vec<SuiteCase> = ranks.iter().map(to_suite_case).collect();
+            Some(held_out(&shards, mutant))
+        }
+    };
+    let good = check_replicated_kernel("f64", run(None));
+    assert!(good.ok(), "{good}");
+    let bad = check_replicated_kernel("f64", run(Some(Mutant::AvgVar)));
+    assert!(!bad.ok());
+    assert!(bad.to_string().contains("on rank "), "{bad}");
+    let refused = check_kernel("replicated", "f32", |_| None);
+    assert!(!refused.ok());
+    assert!(
+        refused
+            .error_message()
+            .is_some_and(|m| m.contains("check_replicated_kernel")),
+        "{refused}"
+    );
+}
+
+/// A rank's [`bnconf::testing::KernelCase`] as the held-out kernel takes it.
+fn to_suite_case(k: &bnconf::testing::KernelCase) -> SuiteCase {
+    SuiteCase {
+        id: k.id.clone(),
+        level: suite::Level::Core,
+        class: k.class.clone(),
+        target: String::new(),
+        dtype: FloatFormat::from_name(&k.dtype).unwrap(),
+        param_dtype: FloatFormat::from_name(&k.param_dtype).unwrap(),
+        op: Op::from_name(&k.op).unwrap(),
+        layout: Layout::from_name(&k.layout).unwrap(),
+        shape: k.shape.clone(),
+        eps: format!("{:e}", k.eps),
+        momentum: k.momentum.map(|a| format!("{a}")),
+        convention: k
+            .convention
+            .as_deref()
+            .and_then(bnconf_spec::op::Convention::from_name),
+        inputs: k.inputs.clone(),
+        shard_sizes: vec![],
+    }
+}
