@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 pub mod exec;
+pub mod stablehlo;
 
 use crate::formats::fsafe::read_regular_string;
 
