@@ -90,6 +90,10 @@ enum Cmd {
         /// shards partition the suite (recorded in manifest.json; `check DIR` judges that shard).
         #[arg(long, value_name = "K/N")]
         shard: Option<report::shard::Shard>,
+        /// `protocol` (the kernel directory protocol) or `stablehlo` (per case a StableHLO
+        /// module with its inputs as constants, goldens and per-element budgets; f32, f64).
+        #[arg(long, default_value = "protocol")]
+        format: String,
     },
     /// Judge the outputs a kernel wrote into DIR, or (with --exec) export, run and judge.
     Check {
@@ -312,10 +316,18 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
             bnconf::fast::bench::cli(&a)?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Export { sel, out, shard } => {
+        Cmd::Export {
+            sel,
+            out,
+            shard,
+            format,
+        } => {
             let (mut s, dtype, filter) = sel.generate()?;
             if let Some(sh) = shard {
                 sh.apply(&mut s);
+            }
+            if format != "protocol" {
+                return protocol::stablehlo::cli(&format, &s, dtype, &filter, &out, shard);
             }
             protocol::export(&s, dtype, &filter, &out)?;
             if let Some(sh) = shard {

@@ -14,6 +14,7 @@ use std::path::Path;
 
 pub mod exec;
 pub mod replicated;
+pub mod stablehlo;
 
 use crate::formats::fsafe::read_regular_string;
 
