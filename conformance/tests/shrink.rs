@@ -210,82 +210,44 @@ fn bad_arguments_exit_2_naming_the_field() {
             "inputs": {"x": [1, 2], "gamma": [1], "beta": [0]}}"#,
     )
     .unwrap();
-    let cases: Vec<(Vec<&str>, &str)> = vec![
-        (vec!["--exec", &exec, "--out", o], "--case"),
+    // Arguments as words; EXEC, OUT, FULL (a non-empty directory), BAD (a case file whose eps
+    // is not a decimal) and EMPTY stand for the values below.
+    let cases: [(&str, &str); 12] = [
+        ("--exec EXEC --out OUT", "--case"),
+        ("--case no.such.case --exec EXEC --out OUT", "--case"),
+        ("--case CASE --dtype f128 --exec EXEC --out OUT", "--dtype"),
         (
-            vec!["--case", "no.such.case", "--exec", &exec, "--out", o],
-            "--case",
-        ),
-        (
-            vec![
-                "--case", CASE, "--dtype", "f128", "--exec", &exec, "--out", o,
-            ],
+            "--case CASE --dtype bf16+f32 --exec EXEC --out OUT",
             "--dtype",
         ),
+        ("--case CASE --suite nope --exec EXEC --out OUT", "--suite"),
+        ("--case CASE --exec EMPTY --out OUT", "--exec"),
+        ("--case CASE --exec a'b --out OUT", "--exec"),
+        ("--case CASE --exec EXEC --out FULL", "--out"),
         (
-            vec![
-                "--case", CASE, "--dtype", "bf16+f32", "--exec", &exec, "--out", o,
-            ],
-            "--dtype",
-        ),
-        (
-            vec![
-                "--case", CASE, "--suite", "nope", "--exec", &exec, "--out", o,
-            ],
-            "--suite",
-        ),
-        (vec!["--case", CASE, "--exec", "", "--out", o], "--exec"),
-        (vec!["--case", CASE, "--exec", "a 'b", "--out", o], "--exec"),
-        (
-            vec![
-                "--case",
-                CASE,
-                "--exec",
-                &exec,
-                "--out",
-                nonempty.to_str().unwrap(),
-            ],
-            "--out",
-        ),
-        (
-            vec![
-                "--case",
-                CASE,
-                "--case-file",
-                bad_case.to_str().unwrap(),
-                "--exec",
-                &exec,
-                "--out",
-                o,
-            ],
+            "--case CASE --case-file BAD --exec EXEC --out OUT",
             "--case",
         ),
-        (
-            vec![
-                "--case-file",
-                bad_case.to_str().unwrap(),
-                "--exec",
-                &exec,
-                "--out",
-                o,
-            ],
-            "eps",
-        ),
-        (vec!["--case", CASE, "--out", o], "--exec"),
-        (
-            vec![
-                "--case",
-                CASE,
-                "--exec",
-                &exec,
-                "--out",
-                o,
-                "--timeout",
-                "0",
-            ],
-            "--timeout",
-        ),
+        ("--case-file BAD --exec EXEC --out OUT", "eps"),
+        ("--case CASE --out OUT", "--exec"),
+        ("--case CASE --exec EXEC --out OUT --timeout 0", "--timeout"),
     ];
+    let (full, bad) = (nonempty.to_str().unwrap(), bad_case.to_str().unwrap());
+    let cases = cases.map(|(words, field)| {
+        let args: Vec<&str> = words
+            .split(' ')
+            .map(|w| match w {
+                "EXEC" => exec.as_str(),
+                "OUT" => o,
+                "FULL" => full,
+                "BAD" => bad,
+                "CASE" => CASE,
+                "EMPTY" => "",
+                other => other,
+            })
+            .collect();
+        (args, field)
+    });
     for (args, field) in cases {
         let mut all = vec!["shrink"];
         all.extend(args.iter().copied());
