@@ -604,3 +604,103 @@ pub fn summary(s: &Shrunk) -> String {
     }
     t
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn case(layout: Layout, shape: &[usize]) -> SuiteCase {
+        let d = Dims::of(layout, shape);
+        let len: usize = shape.iter().product();
+        let mut inputs = BTreeMap::new();
+        inputs.insert("x".to_string(), (0..len).map(|i| i as f64).collect());
+        inputs.insert(
+            "gamma".to_string(),
+            (0..d.c).map(|c| c as f64 + 1.0).collect(),
+        );
+        inputs.insert("beta".to_string(), vec![0.0; d.c]);
+        SuiteCase {
+            id: "t".into(),
+            level: Level::Core,
+            class: "t".into(),
+            target: String::new(),
+            dtype: FloatFormat::F64,
+            param_dtype: FloatFormat::F64,
+            op: Op::Forward,
+            layout,
+            shape: shape.to_vec(),
+            eps: "1e-5".into(),
+            momentum: None,
+            convention: None,
+            inputs,
+        }
+    }
+
+    const LAYOUTS: [(Layout, &[usize]); 5] = [
+        (Layout::Rows, &[3, 5]),
+        (Layout::Flat, &[3, 5]),
+        (Layout::Chw, &[3, 2, 4]),
+        (Layout::Nchw, &[2, 3, 2, 4]),
+        (Layout::Nhwc, &[2, 2, 4, 3]),
+    ];
+
+    /// `position` inverts `index`, and the channel of each element is the layout's.
+    #[test]
+    fn index_and_position_agree_with_the_layout() {
+        for (layout, shape) in LAYOUTS {
+            let d = Dims::of(layout, shape);
+            assert_eq!(d.shape(layout), shape);
+            let g = Geometry::new(layout, shape, usize::MAX).unwrap();
+            for c in 0..g.c {
+                for k in 0..g.m {
+                    let i = g.offset(c, k);
+                    let (n, c2, h, w) = d.position(layout, i);
+                    assert_eq!(c2, c, "{layout:?} {i}");
+                    assert_eq!(d.index(layout, n, c2, h, w), i);
+                }
+            }
+        }
+    }
+
+    /// Keeping everything is the identity; keeping one channel keeps its cells and its
+    /// per-channel values, in order.
+    #[test]
+    fn select_keeps_the_chosen_cells() {
+        for (layout, shape) in LAYOUTS {
+            let c0 = case(layout, shape);
+            let d = Dims::of(layout, shape);
+            assert_eq!(select(&c0, &Selection::all(d)).unwrap(), c0);
+            let one = select(
+                &c0,
+                &Selection {
+                    c: vec![1],
+                    ..Selection::all(d)
+                },
+            )
+            .unwrap();
+            let g = Geometry::new(layout, shape, usize::MAX).unwrap();
+            let want: Vec<f64> = (0..g.m).map(|k| c0.inputs["x"][g.offset(1, k)]).collect();
+            let g1 = Geometry::new(layout, &one.shape, usize::MAX).unwrap();
+            let got: Vec<f64> = (0..g1.m)
+                .map(|k| one.inputs["x"][g1.offset(0, k)])
+                .collect();
+            assert_eq!(got, want, "{layout:?}");
+            assert_eq!(one.inputs["gamma"], vec![2.0]);
+            let empty = Selection {
+                c: vec![],
+                ..Selection::all(d)
+            };
+            assert!(select(&c0, &empty).is_none());
+        }
+    }
+
+    #[test]
+    fn grid_rounding() {
+        assert_eq!(to_grid(25045.37, 0, FloatFormat::F32), 25045.0);
+        assert_eq!(to_grid(0.3, 2, FloatFormat::F64), 0.25);
+        let z = to_grid(-0.1, 0, FloatFormat::F64);
+        assert!(z == 0.0 && z.is_sign_positive(), "{z}");
+        // rounded to the dtype after the grid: 2^24 + 1 is not an f32
+        assert_eq!(to_grid(16777217.0, 0, FloatFormat::F32), 16777216.0);
+    }
+}
