@@ -170,6 +170,8 @@ enum Cmd {
         #[arg(default_value = "vectors")]
         dir: PathBuf,
     },
+    /// Shrink a failing case: a smaller case the kernel (--exec) still fails the same way.
+    Shrink(bnconf::shrink::cli::ShrinkArgs),
     /// Judge ONNX's own BatchNormalization test data against the exact reference (docs/ONNX.md).
     Onnx {
         /// ONNX node test directories, or folders holding them [default: the copy of
@@ -423,6 +425,7 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
                 .collect::<Result<Vec<_>, _>>()?;
             cmd_run(&suite, &precs, seed, &only, verbose, shard)
         }
+        Cmd::Shrink(a) => bnconf::shrink::cli::run(&a),
         Cmd::Onnx { dirs } => {
             let (rows, table) = if dirs.is_empty() {
                 bnconf::peers::onnx::run_builtin()?
