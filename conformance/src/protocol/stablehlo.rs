@@ -42,6 +42,9 @@ pub fn feature_index(layout: Layout) -> usize {
 
 /// Why a case has no module (`None`: it has one).
 pub fn unsupported(c: &SuiteCase) -> Option<String> {
+    if !c.shard_sizes.is_empty() {
+        return Some("a replicated case is split across ranks; a StableHLO module of this export runs on one device".into());
+    }
     match c.op {
         Op::Forward | Op::Backward | Op::Eval => None,
         op => Some(format!(

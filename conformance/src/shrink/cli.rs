@@ -78,6 +78,13 @@ pub fn original_case(a: &ShrinkArgs) -> Result<SuiteCase> {
                     ),
                 ));
             }
+            if a.suite == "replicated" {
+                // Its cases are split across ranks; shrinking would change the split.
+                return Err(ConfError::field(
+                    "--suite",
+                    "replicated: shrinking a case split across ranks is not supported (shrink the failing whole-batch op with --suite default)",
+                ));
+            }
             // Only the op and layout the id names are generated (ids are op.layout.dtype.class).
             let mut filter = suite::Filter::default();
             let mut parts = id.split('.');

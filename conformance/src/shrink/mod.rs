@@ -357,6 +357,7 @@ pub fn case_from_file(path: &Path, lim: &InputLimits) -> Result<SuiteCase> {
         momentum: c.momentum_text.clone(),
         convention: p.params.convention,
         inputs,
+        shard_sizes: vec![],
     })
 }
 
@@ -633,6 +634,7 @@ mod tests {
             momentum: None,
             convention: None,
             inputs,
+            shard_sizes: vec![],
         }
     }
 
