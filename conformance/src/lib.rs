@@ -36,5 +36,6 @@ pub mod par;
 pub mod peers;
 pub mod protocol;
 pub mod report;
+pub mod shrink;
 pub mod suite;
 pub mod testing;

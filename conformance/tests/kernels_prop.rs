@@ -520,6 +520,7 @@ fn regression_vectors() {
                     )
                 })
                 .collect(),
+            shard_sizes: vec![],
         };
         if let Some(why) = ill_posed(&sc) {
             problems.push(format!("{}: ill-posed in its dtype: {why}", path.display()));

@@ -65,6 +65,7 @@ fn case(op: Op, dtype: FloatFormat, mu: f64, sd: f64, seed: u64) -> SuiteCase {
         momentum: None,
         convention: None,
         inputs,
+        shard_sizes: vec![],
     }
 }
 

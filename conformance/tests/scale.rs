@@ -68,6 +68,7 @@ fn big_case(op: Op, layout: Layout, dtype: FloatFormat, seed: u64) -> SuiteCase 
         momentum: None,
         convention: None,
         inputs,
+        shard_sizes: vec![],
     }
 }
 

@@ -12,6 +12,7 @@ mod catalog;
 mod layout;
 mod real;
 mod recipe;
+mod replicated;
 mod stats;
 
 use std::collections::BTreeMap;
@@ -20,6 +21,7 @@ use std::fmt;
 pub use catalog::{all_kernels, kernel_by_name};
 pub use layout::{channel_cells, channel_dims};
 pub use recipe::validate;
+pub use replicated::{all_replicated_kernels, replicated_kernel_by_name, ReplicatedKernel};
 
 /// Defines a field-less enum with `ALL`, `name()`, `from_name()` and `Display`.
 macro_rules! named_enum {

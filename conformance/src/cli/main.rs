@@ -90,6 +90,10 @@ enum Cmd {
         /// shards partition the suite (recorded in manifest.json; `check DIR` judges that shard).
         #[arg(long, value_name = "K/N")]
         shard: Option<report::shard::Shard>,
+        /// `protocol` (the kernel directory protocol) or `stablehlo` (per case a StableHLO
+        /// module with its inputs as constants, goldens and per-element budgets; f32, f64).
+        #[arg(long, default_value = "protocol")]
+        format: String,
     },
     /// Judge the outputs a kernel wrote into DIR, or (with --exec) export, run and judge.
     Check {
@@ -131,7 +135,8 @@ enum Cmd {
     },
     /// The default suite against every built-in kernel: a table kernel × level.
     Run {
-        /// Suite (`default`, `extreme` or `scale`).
+        /// Suite (`default`, `extreme`, `scale` or `replicated`; `default` also runs the
+        /// replicated kernels on `replicated`).
         #[arg(long, default_value = "default")]
         suite: String,
         /// Precisions, one column each (f32, f64, f16, bf16, f16+f32, bf16+f32).
@@ -165,6 +170,8 @@ enum Cmd {
         #[arg(default_value = "vectors")]
         dir: PathBuf,
     },
+    /// Shrink a failing case: a smaller case the kernel (--exec) still fails the same way.
+    Shrink(bnconf::shrink::cli::ShrinkArgs),
     /// Judge ONNX's own BatchNormalization test data against the exact reference (docs/ONNX.md).
     Onnx {
         /// ONNX node test directories, or folders holding them [default: the copy of
@@ -175,7 +182,8 @@ enum Cmd {
 
 #[derive(Args, Clone)]
 struct SuiteArgs {
-    /// Suite: `default` (core + conditioning) or `extreme` (range).
+    /// Suite: `default` (core + conditioning), `extreme` (range), `scale` (large channels) or
+    /// `replicated` (sync BN split across ranks).
     #[arg(long, default_value = "default")]
     suite: String,
     /// dtype of the cases: f32, f64, f16, bf16, or the mixed f16+f32 / bf16+f32 (activations in
@@ -221,7 +229,10 @@ impl SuiteArgs {
         let s = suite::generate_in(&self.suite, &[dtype], self.seed, &filter).ok_or_else(|| {
             ConfError::field(
                 "--suite",
-                format!("unknown suite {:?} (default, extreme, scale)", self.suite),
+                format!(
+                    "unknown suite {:?} (default, extreme, scale, replicated)",
+                    self.suite
+                ),
             )
         })?;
         Ok((s, dtype, filter))
@@ -307,10 +318,18 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
             bnconf::fast::bench::cli(&a)?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Export { sel, out, shard } => {
+        Cmd::Export {
+            sel,
+            out,
+            shard,
+            format,
+        } => {
             let (mut s, dtype, filter) = sel.generate()?;
             if let Some(sh) = shard {
                 sh.apply(&mut s);
+            }
+            if format != "protocol" {
+                return protocol::stablehlo::cli(&format, &s, dtype, &filter, &out, shard);
             }
             protocol::export(&s, dtype, &filter, &out)?;
             if let Some(sh) = shard {
@@ -355,6 +374,14 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
                     };
                     println!("{}\t{v}\t{}", k.name(), k.description());
                 }
+                // Replicated kernels: they run the `replicated` suite's cases, all ranks.
+                for k in bnconf_impl::all_replicated_kernels() {
+                    let v = match k.verdict() {
+                        bnconf_impl::Verdict::Good => "good",
+                        bnconf_impl::Verdict::KnownBad => "known-bad",
+                    };
+                    println!("{}\t{v}\t[replicated suite] {}", k.name(), k.description());
+                }
                 return Ok(ExitCode::SUCCESS);
             }
             let (Some(name), Some(dir)) = (name, dir) else {
@@ -363,13 +390,17 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
                     "usage: bnconf kernel --list | bnconf kernel NAME DIR",
                 ));
             };
-            let k = bnconf_impl::kernel_by_name(&name).ok_or_else(|| {
-                ConfError::field(
-                    "NAME",
-                    format!("unknown kernel {name:?} (see bnconf kernel --list)"),
-                )
-            })?;
-            let n = protocol::run_kernel_dir(k.as_ref(), &dir)?;
+            let n = if let Some(k) = bnconf_impl::replicated_kernel_by_name(&name) {
+                protocol::replicated::run_kernel_dir(k.as_ref(), &dir)?
+            } else {
+                let k = bnconf_impl::kernel_by_name(&name).ok_or_else(|| {
+                    ConfError::field(
+                        "NAME",
+                        format!("unknown kernel {name:?} (see bnconf kernel --list)"),
+                    )
+                })?;
+                protocol::run_kernel_dir(k.as_ref(), &dir)?
+            };
             eprintln!("bnconf: kernel {name} ran {n} cases in {}", dir.display());
             Ok(ExitCode::SUCCESS)
         }
@@ -394,6 +425,7 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
                 .collect::<Result<Vec<_>, _>>()?;
             cmd_run(&suite, &precs, seed, &only, verbose, shard)
         }
+        Cmd::Shrink(a) => bnconf::shrink::cli::run(&a),
         Cmd::Onnx { dirs } => {
             let (rows, table) = if dirs.is_empty() {
                 bnconf::peers::onnx::run_builtin()?
@@ -602,6 +634,15 @@ fn check_inner(
     })
 }
 
+/// One row of `bnconf run`'s table: a kernel and its results.
+struct RunRow {
+    name: &'static str,
+    good: bool,
+    /// The suite whose cases show a known-bad kernel's defect.
+    shows: &'static str,
+    results: Vec<check::CaseResult>,
+}
+
 fn cmd_run(
     suite_name: &str,
     dtypes: &[suite::Precision],
@@ -610,33 +651,102 @@ fn cmd_run(
     verbose: bool,
     shard: Option<report::shard::Shard>,
 ) -> Result<ExitCode, ConfError> {
-    let mut s = suite::generate_in(suite_name, dtypes, seed, &suite::Filter::default())
-        .ok_or_else(|| ConfError::field("--suite", format!("unknown suite {suite_name:?}")))?;
-    if let Some(sh) = shard {
-        sh.apply(&mut s);
+    for n in only {
+        if bnconf_impl::kernel_by_name(n).is_none()
+            && bnconf_impl::replicated_kernel_by_name(n).is_none()
+        {
+            return Err(ConfError::field(
+                "--kernels",
+                format!("unknown kernel {n:?}"),
+            ));
+        }
     }
-    let levels = suite::suite_levels(suite_name).expect("known suite");
-    let prepared = check::prepare(&s.cases)?;
-    let mut ks = bnconf_impl::all_kernels();
-    if !only.is_empty() {
-        for n in only {
-            if bnconf_impl::kernel_by_name(n).is_none() {
-                return Err(ConfError::field(
-                    "--kernels",
-                    format!("unknown kernel {n:?}"),
-                ));
+    let wanted = |name: &str| only.is_empty() || only.iter().any(|n| n == name);
+    // The replicated suite is judged with the replicated kernels; `bnconf run` on the default
+    // suite judges them too, in a second table, so their known-bad controls are held.
+    let mut suites = vec![suite_name];
+    if suite_name == "default"
+        && bnconf_impl::all_replicated_kernels()
+            .iter()
+            .any(|k| wanted(k.name()))
+    {
+        suites.push("replicated");
+    }
+    let mut all_ok = true;
+    for (i, &name) in suites.iter().enumerate() {
+        let mut s = suite::generate_in(name, dtypes, seed, &suite::Filter::default())
+            .ok_or_else(|| ConfError::field("--suite", format!("unknown suite {name:?}")))?;
+        if let Some(sh) = shard {
+            sh.apply(&mut s);
+        }
+        let prepared = check::prepare(&s.cases)?;
+        let mut rows = Vec::new();
+        if name == "replicated" {
+            for k in bnconf_impl::all_replicated_kernels() {
+                if wanted(k.name()) {
+                    rows.push(RunRow {
+                        name: k.name(),
+                        good: k.verdict() == bnconf_impl::Verdict::Good,
+                        shows: "replicated",
+                        results: bnconf::judge::replicated::run_kernel(k.as_ref(), &prepared),
+                    });
+                }
+            }
+        } else {
+            for k in bnconf_impl::all_kernels() {
+                if wanted(k.name()) {
+                    rows.push(RunRow {
+                        name: k.name(),
+                        good: k.verdict() == bnconf_impl::Verdict::Good,
+                        shows: k.defect_suite(),
+                        results: check::run_kernel(k.as_ref(), &prepared),
+                    });
+                }
             }
         }
-        ks.retain(|k| only.iter().any(|n| n == k.name()));
+        if i > 0 {
+            println!();
+        }
+        all_ok &= print_run_table(name, &s, dtypes, seed, &rows, verbose);
     }
+    println!(
+        "\n{}",
+        if all_ok {
+            "bnconf run: every good kernel conforms and every known-bad kernel held here is rejected"
+        } else {
+            "bnconf run: UNEXPECTED results (see above)"
+        }
+    );
+    Ok(if all_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// Print one suite's table (kernel × level × dtype); whether every outcome is as expected.
+fn print_run_table(
+    suite_name: &str,
+    s: &suite::Suite,
+    dtypes: &[suite::Precision],
+    seed: u64,
+    rows: &[RunRow],
+    verbose: bool,
+) -> bool {
+    let levels = suite::suite_levels(suite_name).expect("known suite");
     let names: Vec<String> = dtypes.iter().map(|d| d.name()).collect();
     let names = match names.as_slice() {
         [a, b] => format!("{a} and {b}"),
         _ => names.join(", "),
     };
-    println!("bnconf run: suite {suite_name} (seed {seed}), {} cases ({} excluded as ill-posed), every op × layout in {names}", s.cases.len(), s.excluded.len());
+    let what = if suite_name == "replicated" {
+        "forward, backward, running_update × nchw, nhwc split across 2, 3, 4, 8 ranks (equal, unequal, one empty), the ranks simulated in process, in"
+    } else {
+        "every op × layout in"
+    };
+    println!("bnconf run: suite {suite_name} (seed {seed}), {} cases ({} excluded as ill-posed), {what} {names}", s.cases.len(), s.excluded.len());
     println!("cell = verdict and worst ratio |error| / (u·(cond+mag)); conforming when ≤ k(m) = 4 + 2·log2(m)\n");
-    let mut header = format!("{:<26} {:<10}", "kernel", "expected");
+    let mut header = format!("{:<28} {:<10}", "kernel", "expected");
     for l in &levels {
         for d in dtypes {
             header += &format!(" {:>17}", format!("{} {}", l.name(), d.name()));
@@ -645,12 +755,11 @@ fn cmd_run(
     println!("{header}  outcome");
     let mut all_ok = true;
     let mut details = String::new();
-    for k in &ks {
-        let results = check::run_kernel(k.as_ref(), &prepared);
-        let good = k.verdict() == bnconf_impl::Verdict::Good;
+    for row in rows {
+        let (good, results) = (row.good, &row.results);
         let mut line = format!(
-            "{:<26} {:<10}",
-            k.name(),
+            "{:<28} {:<10}",
+            row.name,
             if good { "good" } else { "known-bad" }
         );
         for l in &levels {
@@ -668,11 +777,11 @@ fn cmd_run(
                 line += &format!(" {:>17}", format!("{v} {}", report::fmt_ratio(sm.worst)));
             }
         }
-        let sm = summarize(&results);
+        let sm = summarize(results);
         let conforms = sm.failed == 0 && sm.passed > 0;
         // A known-bad kernel is held to rejection in the suite that shows its defect
         // (block-merge defects: `scale`; the others: `default`, and `extreme` with them).
-        let shows = k.defect_suite();
+        let shows = row.shows;
         let held = good || shows == suite_name || (suite_name == "extreme" && shows == "default");
         let ok = conforms == good || !held;
         all_ok &= ok;
@@ -685,25 +794,13 @@ fn cmd_run(
         };
         println!("{line}  {outcome}");
         if good && (!conforms || verbose) {
-            details += &report::human(&results, &s.cases, 5);
+            details += &report::human(results, &s.cases, 5);
         }
     }
     if !details.is_empty() {
         println!("\n{details}");
     }
-    println!(
-        "\n{}",
-        if all_ok {
-            "bnconf run: every good kernel conforms and every known-bad kernel held here is rejected"
-        } else {
-            "bnconf run: UNEXPECTED results (see above)"
-        }
-    );
-    Ok(if all_ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    all_ok
 }
 
 fn main() -> ExitCode {

@@ -18,6 +18,7 @@ use bnconf_spec::exact::round::{f64_to_rational, round, FloatFormat};
 use bnconf_spec::{Geometry, Layout, Op, Problem, QSqrt, Rational};
 use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::path::Path;
 use std::time::Instant;
 
 /// Options of `bnconf bench`.
@@ -33,6 +34,12 @@ pub struct BenchOpts {
     pub reps: usize,
     /// Also time the bnconf-impl `twopass-f64` kernel.
     pub impl_kernel: bool,
+    /// The side-by-side table against numpy and the I/O floor ([`side_by_side`]): the Python
+    /// interpreter that runs numpy (`None`: skip that table).
+    pub python: Option<String>,
+    /// Scale-suite case of that table (id of `bnconf export --suite scale --dtype f32`; empty:
+    /// none).
+    pub scale_case: String,
 }
 
 impl Default for BenchOpts {
@@ -43,6 +50,8 @@ impl Default for BenchOpts {
             seed: 1,
             reps: 3,
             impl_kernel: true,
+            python: Some("python3".into()),
+            scale_case: DEFAULT_SCALE_CASE.into(),
         }
     }
 }
@@ -263,6 +272,32 @@ fn best<T>(reps: usize, mut f: impl FnMut() -> T) -> (f64, T) {
     (best, last.expect("at least one repetition"))
 }
 
+/// CPU time (user + system, every thread) of this process so far, in seconds, from
+/// `/proc/self/stat` (Linux; clock ticks of 1/100 s); `None` elsewhere.
+fn cpu_now() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// [`best`] with the least CPU time of the repetitions too (`NaN` where unknown): on a
+/// loaded machine the CPU time says what the work costs, the wall clock what it waited.
+fn best_cpu<T>(reps: usize, mut f: impl FnMut() -> T) -> (f64, f64, T) {
+    let mut cpu = f64::INFINITY;
+    let (wall, r) = best(reps, || {
+        let c0 = cpu_now();
+        let r = f();
+        cpu = match (c0, cpu_now()) {
+            (Some(a), Some(b)) => cpu.min(b - a),
+            _ => f64::NAN,
+        };
+        r
+    });
+    (wall, cpu, r)
+}
+
 fn secs(s: f64) -> String {
     if s >= 100.0 {
         format!("{s:.0} s")
@@ -388,6 +423,15 @@ pub struct BenchArgs {
     /// Skip the (serial, slower) bnconf-impl twopass-f64 kernel.
     #[cfg_attr(feature = "cli", arg(long))]
     pub no_impl: bool,
+    /// Python interpreter with numpy for the float64 baseline of the side-by-side table.
+    #[cfg_attr(feature = "cli", arg(long, default_value = "python3"))]
+    pub python: String,
+    /// Skip the side-by-side table (numpy, I/O floor, golden end to end, 1 vs 2 threads).
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub no_side_by_side: bool,
+    /// Scale-suite case of the side-by-side table (f32; empty: none).
+    #[cfg_attr(feature = "cli", arg(long, default_value = DEFAULT_SCALE_CASE))]
+    pub scale_case: String,
 }
 
 /// `bnconf bench`: print the report to stdout.
@@ -398,6 +442,8 @@ pub fn cli(a: &BenchArgs) -> Result<()> {
         seed: a.seed,
         reps: a.reps,
         impl_kernel: !a.no_impl,
+        python: (!a.no_side_by_side).then(|| a.python.clone()),
+        scale_case: a.scale_case.clone(),
     };
     for s in [&opts.shape, &opts.naive_shape] {
         if s.len() != 4 {
@@ -406,5 +452,350 @@ pub fn cli(a: &BenchArgs) -> Result<()> {
     }
     let report = super::with_threads(a.threads, || run(&opts))??;
     print!("{report}");
+    if opts.python.is_some() {
+        let table = super::with_threads(a.threads, || side_by_side(&opts))??;
+        print!("\n{table}");
+    }
     Ok(())
+}
+
+/// Default scale-suite case of the side-by-side table: m = 1,054,947 cells per channel.
+pub const DEFAULT_SCALE_CASE: &str = "forward.nchw.f32.scale-m1054947";
+
+/// One workload of the side-by-side table: f32 data in a layout, per-channel inputs as f64.
+struct Workload {
+    label: String,
+    op: Op,
+    geom: Geometry,
+    cells: Vec<(&'static str, Vec<f32>)>,
+    chan: BTreeMap<String, Vec<f64>>,
+}
+
+impl Workload {
+    fn of_bench(d: &BenchData, op: Op) -> Workload {
+        let f = |v: &[f32]| v.iter().map(|&e| e as f64).collect::<Vec<f64>>();
+        let mut chan = BTreeMap::new();
+        chan.insert("gamma".to_string(), f(&d.gamma));
+        let mut cells = vec![("x", d.x.clone())];
+        if op == Op::Forward {
+            chan.insert("beta".to_string(), f(&d.beta));
+        } else {
+            cells.push(("dy", d.dy.clone()));
+        }
+        Workload {
+            label: format!("{} nchw {:?}", op.name(), d.geom.shape),
+            op,
+            geom: d.geom.clone(),
+            cells,
+            chan,
+        }
+    }
+
+    fn of_scale(id: &str, seed: u64) -> Result<Workload> {
+        let prec = crate::suite::Precision::uniform(FloatFormat::F32);
+        let s = crate::suite::generate_in("scale", &[prec], seed, &Default::default())
+            .expect("the scale suite exists");
+        let c =
+            s.cases.into_iter().find(|c| c.id == id).ok_or_else(|| {
+                ConfError::field("--scale-case", format!("no f32 scale case {id:?}"))
+            })?;
+        let geom = Geometry::new(c.layout, &c.shape, usize::MAX)?;
+        let mut cells = Vec::new();
+        let mut chan = BTreeMap::new();
+        for (name, v) in c.inputs {
+            match Op::extent(&name) {
+                bnconf_spec::op::Extent::Cells => {
+                    let n = if name == "x" { "x" } else { "dy" };
+                    cells.push((n, v.iter().map(|&e| e as f32).collect()));
+                }
+                _ => {
+                    chan.insert(name, v);
+                }
+            }
+        }
+        Ok(Workload {
+            label: format!("{} ({} {:?})", c.id, c.layout.name(), c.shape),
+            op: c.op,
+            geom,
+            cells,
+            chan,
+        })
+    }
+
+    fn problem(&self) -> Result<FastProblem> {
+        let cells = self
+            .cells
+            .iter()
+            .map(|(n, v)| (n.to_string(), NpyData::F32(v.clone())))
+            .collect();
+        FastProblem::new(
+            self.op,
+            self.geom.clone(),
+            eps_rational(),
+            cells,
+            self.chan.clone(),
+        )
+    }
+
+    /// Write the inputs as npy files and a case file naming them into `dir`.
+    fn write_case(&self, dir: &Path) -> Result<std::path::PathBuf> {
+        use crate::formats::npy::write_npy;
+        std::fs::create_dir_all(dir).map_err(|e| ConfError::io(dir, e))?;
+        let mut inputs = serde_json::Map::new();
+        for (n, v) in &self.cells {
+            write_npy(
+                &dir.join(format!("{n}.npy")),
+                &self.geom.shape,
+                &NpyData::F32(v.clone()),
+            )?;
+            inputs.insert(
+                n.to_string(),
+                serde_json::json!({"npy": format!("{n}.npy")}),
+            );
+        }
+        for (n, v) in &self.chan {
+            let v32 = v.iter().map(|&e| e as f32).collect();
+            write_npy(
+                &dir.join(format!("{n}.npy")),
+                &[self.geom.c],
+                &NpyData::F32(v32),
+            )?;
+            inputs.insert(n.clone(), serde_json::json!({"npy": format!("{n}.npy")}));
+        }
+        let case = serde_json::json!({
+            "format": "bnconf-case/1", "id": "bench", "op": self.op.name(),
+            "layout": self.geom.layout.name(), "shape": self.geom.shape, "dtype": "f32",
+            "eps": "1e-5", "inputs": inputs,
+        });
+        let path = dir.join("case.json");
+        crate::formats::atomic::write_bytes(&path, case.to_string().as_bytes())?;
+        Ok(path)
+    }
+
+    /// Bytes of the golden outputs (every output as f64 and f32).
+    fn output_bytes(&self) -> Vec<usize> {
+        self.op
+            .outputs()
+            .iter()
+            .map(|&n| match Op::extent(n) {
+                bnconf_spec::op::Extent::Cells => self.geom.len() * 12,
+                _ => self.geom.c * 12,
+            })
+            .collect()
+    }
+}
+
+/// The numpy float64 BatchNorm of the side-by-side table (two passes, as `numpy_bn.py` in
+/// docs/PERF.md); prints the best compute time in seconds (loading the npy files not timed).
+const NUMPY_BN: &str = r#"
+import sys, time
+import numpy as np
+d, op, layout, reps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+eps = 1e-5
+axes = {"nchw": (0, 2, 3), "nhwc": (0, 1, 2)}[layout]
+x = np.load(d + "/x.npy")
+g = np.load(d + "/gamma.npy").astype(np.float64)
+shape = [1, 1, 1, 1]
+shape[{"nchw": 1, "nhwc": 3}[layout]] = g.size
+g = g.reshape(shape)
+other = np.load(d + ("/beta.npy" if op == "forward" else "/dy.npy"))
+def run():
+    x64 = x.astype(np.float64)
+    mean = x64.mean(axis=axes, keepdims=True)
+    xc = x64 - mean
+    var = (xc * xc).mean(axis=axes, keepdims=True)
+    r = 1.0 / np.sqrt(var + eps)
+    xh = xc * r
+    if op == "forward":
+        return g * xh + other.astype(np.float64).reshape(shape), mean, var
+    dy = other.astype(np.float64)
+    dbeta = dy.sum(axis=axes, keepdims=True)
+    dgamma = (dy * xh).sum(axis=axes, keepdims=True)
+    m = x.size // g.size
+    return g * r * (dy - dbeta / m - xh * (dgamma / m)), dgamma, dbeta
+best, cpu = float("inf"), float("inf")
+for _ in range(reps):
+    t, c = time.perf_counter(), time.process_time()
+    run()
+    best, cpu = min(best, time.perf_counter() - t), min(cpu, time.process_time() - c)
+print(best, cpu)
+"#;
+
+/// Best compute time (wall, CPU) of numpy float64 on the workload's npy files, or why there
+/// is none.
+fn numpy_time(
+    python: &str,
+    dir: &Path,
+    w: &Workload,
+    reps: usize,
+) -> std::result::Result<(f64, f64), String> {
+    let out = std::process::Command::new(python)
+        .arg("-c")
+        .arg(NUMPY_BN)
+        .arg(dir)
+        .arg(w.op.name())
+        .arg(w.geom.layout.name())
+        .arg(reps.max(1).to_string())
+        .output()
+        .map_err(|e| format!("{python}: {e}"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(format!(
+            "{python} with numpy failed: {}",
+            err.lines().last().unwrap_or("no output")
+        ));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: Vec<f64> = text
+        .split_whitespace()
+        .map(str::parse::<f64>)
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| format!("{python}: unexpected output ({e})"))?;
+    match v[..] {
+        [wall, cpu] => Ok((wall, cpu)),
+        _ => Err(format!("{python}: unexpected output {text:?}")),
+    }
+}
+
+/// The I/O floor: read the input npy files and write the golden outputs' bytes (f64 + f32
+/// per output) as raw files, each with `fsync` when `sync` (as the atomic writes do) or not.
+fn io_floor(dir: &Path, w: &Workload, out: &Path, sync: bool) -> Result<()> {
+    use std::io::Write as _;
+    let mut total = 0usize;
+    for (n, _) in &w.cells {
+        let p = dir.join(format!("{n}.npy"));
+        total += std::fs::read(&p).map_err(|e| ConfError::io(&p, e))?.len();
+    }
+    for n in w.chan.keys() {
+        let p = dir.join(format!("{n}.npy"));
+        total += std::fs::read(&p).map_err(|e| ConfError::io(&p, e))?.len();
+    }
+    std::hint::black_box(total);
+    std::fs::create_dir_all(out).map_err(|e| ConfError::io(out, e))?;
+    for (i, bytes) in w.output_bytes().into_iter().enumerate() {
+        for (part, share) in [("f64", 8), ("f32", 4)] {
+            let p = out.join(format!("{i}.{part}.raw"));
+            let buf = vec![0x5au8; bytes / 12 * share];
+            let mut f = std::fs::File::create(&p).map_err(|e| ConfError::io(&p, e))?;
+            f.write_all(&buf).map_err(|e| ConfError::io(&p, e))?;
+            if sync {
+                f.sync_all().map_err(|e| ConfError::io(&p, e))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The side-by-side table (issue 13): per workload (forward and backward on the main shape,
+/// one scale-suite case), the fast exact path's compute against numpy float64 BatchNorm's
+/// compute, `bnconf golden --out-dir` end to end (read npy, compute, write npy atomically)
+/// against the I/O floor, and the compute on 1 vs 2 threads. Best of `reps` each; files go to
+/// a temporary directory (`TMPDIR`), removed afterwards.
+pub fn side_by_side(opts: &BenchOpts) -> Result<String> {
+    let python = opts.python.as_deref().unwrap_or("python3");
+    let tmp = std::env::temp_dir().join(format!("bnconf-bench-{}", std::process::id()));
+    let res = side_by_side_in(opts, python, &tmp);
+    let _ = std::fs::remove_dir_all(&tmp);
+    res
+}
+
+fn side_by_side_in(opts: &BenchOpts, python: &str, tmp: &Path) -> Result<String> {
+    let d = bench_data(&opts.shape, opts.seed)?;
+    let mut works = vec![
+        Workload::of_bench(&d, Op::Forward),
+        Workload::of_bench(&d, Op::Backward),
+    ];
+    drop(d);
+    if !opts.scale_case.is_empty() {
+        works.push(Workload::of_scale(
+            &opts.scale_case,
+            crate::suite::DEFAULT_SEED,
+        )?);
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Side by side, best of {} (compute: in memory; end to end: `bnconf golden CASE --out-dir DIR` on npy inputs, writing f64 + f32 npy atomically with fsync; I/O floor: reading the input npy files and writing the same output bytes raw, without / with fsync per file; files in {}):",
+        opts.reps,
+        std::env::temp_dir().display()
+    );
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "| workload | elements | fast exact compute (wall / CPU) | numpy f64 compute (wall / CPU) | fast / numpy (wall / CPU) | golden end to end | I/O floor (no fsync / fsync) | end to end / floor (no fsync / fsync) | compute 1 thread (wall / CPU) | 2 threads (wall / CPU) | speedup (wall) | CPU 2 threads / 1 thread |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut notes = Vec::new();
+    for (i, w) in works.iter().enumerate() {
+        let dir = tmp.join(format!("w{i}"));
+        let case = w.write_case(&dir)?;
+        let fp = w.problem()?;
+        let (t_fast, c_fast, r) = best_cpu(opts.reps, || compute(&fp, false));
+        r?;
+        let (t1, c1, r1) = best_cpu(opts.reps, || {
+            super::with_threads(Some(1), || compute(&fp, false))
+        });
+        r1??;
+        let (t2, c2, r2) = best_cpu(opts.reps, || {
+            super::with_threads(Some(2), || compute(&fp, false))
+        });
+        r2??;
+        drop(fp);
+        let lim = crate::formats::case::InputLimits::default();
+        let gdir = dir.join("golden");
+        let (t_e2e, r) = best(opts.reps, || {
+            let _ = std::fs::remove_dir_all(&gdir);
+            super::golden_out_dir(&case, &lim, &gdir, false)
+        });
+        if r?.is_none() {
+            return Err(ConfError::field(
+                "bench",
+                "the fast path did not take the case",
+            ));
+        }
+        let fdir = dir.join("floor");
+        let (t_io, r) = best(opts.reps, || io_floor(&dir, w, &fdir, false));
+        r?;
+        let (t_io_sync, r) = best(opts.reps, || io_floor(&dir, w, &fdir, true));
+        r?;
+        let np = numpy_time(python, &dir, w, opts.reps);
+        let (np_s, ratio) = match &np {
+            Ok((t, c)) => (
+                format!("{} / {}", secs(*t), secs(*c)),
+                format!("{:.2}x / {:.2}x", t_fast / t, c_fast / c),
+            ),
+            Err(why) => {
+                notes.push(format!("numpy: {why}"));
+                ("not run".to_string(), "-".to_string())
+            }
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} / {} | {} | {} | {} | {} / {} | {:.2}x / {:.2}x | {} / {} | {} / {} | {:.2}x | {:.2} |",
+            w.label,
+            w.geom.len(),
+            secs(t_fast),
+            secs(c_fast),
+            np_s,
+            ratio,
+            secs(t_e2e),
+            secs(t_io),
+            secs(t_io_sync),
+            t_e2e / t_io,
+            t_e2e / t_io_sync,
+            secs(t1),
+            secs(c1),
+            secs(t2),
+            secs(c2),
+            t1 / t2,
+            c2 / c1,
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    notes.sort();
+    notes.dedup();
+    for n in notes {
+        let _ = writeln!(out, "\n{n}");
+    }
+    Ok(out)
 }

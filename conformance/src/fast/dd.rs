@@ -95,15 +95,55 @@ impl std::ops::Neg for DD {
     }
 }
 
+/// How the exact product `a*b = p + e` of two f64 is formed. Both ways give the same exact
+/// `(p, e)`, so every result is the same bit for bit; only the speed differs.
+pub trait Prod: Copy {
+    /// `(p, e)` with `p = fl(a*b)` and `p + e = a*b` exactly.
+    fn two_prod(a: f64, b: f64) -> (f64, f64);
+}
+
+/// Veltkamp/Dekker splitting (or the FMA where the whole crate is compiled for it): runs on
+/// every CPU.
+#[derive(Clone, Copy, Debug)]
+pub struct Portable;
+
+impl Prod for Portable {
+    #[inline(always)]
+    fn two_prod(a: f64, b: f64) -> (f64, f64) {
+        two_prod(a, b)
+    }
+}
+
+/// The fused multiply-add `e = fma(a, b, -p)`: one instruction inside code compiled with the
+/// `fma` target feature (`fast::cells_chunk_fma`), a slow library call anywhere else.
+#[derive(Clone, Copy, Debug)]
+pub struct Fused;
+
+impl Prod for Fused {
+    #[inline(always)]
+    fn two_prod(a: f64, b: f64) -> (f64, f64) {
+        let p = a * b;
+        (p, a.mul_add(b, -p))
+    }
+}
+
+impl DD {
+    /// `a * b` with the exact products formed by `P`.
+    #[inline(always)]
+    pub fn mul_by<P: Prod>(self, b: DD) -> DD {
+        let (p, e) = P::two_prod(self.hi, b.hi);
+        let e = e + (self.hi * b.lo + self.lo * b.hi);
+        let (hi, lo) = two_sum(p, e);
+        DD { hi, lo }
+    }
+}
+
 impl std::ops::Mul for DD {
     type Output = DD;
     /// `a * b`.
     #[inline(always)]
     fn mul(self, b: DD) -> DD {
-        let (p, e) = two_prod(self.hi, b.hi);
-        let e = e + (self.hi * b.lo + self.lo * b.hi);
-        let (hi, lo) = two_sum(p, e);
-        DD { hi, lo }
+        self.mul_by::<Portable>(b)
     }
 }
 

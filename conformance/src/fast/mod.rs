@@ -290,12 +290,18 @@ impl DdConst {
     /// The value in double-double and a bound on its absolute error.
     #[inline(always)]
     fn approx(&self, x: f64, d: f64) -> (DD, f64) {
+        self.approx_by::<dd::Portable>(x, d)
+    }
+
+    /// [`DdConst::approx`] with the exact products formed by `P` (same result).
+    #[inline(always)]
+    fn approx_by<P: dd::Prod>(&self, x: f64, d: f64) -> (DD, f64) {
         let t = DD::from_f64(x) + -self.mu;
-        let mut v = self.cx * t + self.p;
+        let mut v = self.cx.mul_by::<P>(t) + self.p;
         let mut mag = self.cx_abs * (x.abs() + self.mu_abs) + self.p_abs;
         if self.has_d {
             let s = DD::from_f64(d) + -self.a;
-            v = v + self.gd * s;
+            v = v + self.gd.mul_by::<P>(s);
             mag += self.gd_abs * (d.abs() + self.a_abs);
         }
         (v, mag * ERR_REL + ERR_ABS)
@@ -619,54 +625,17 @@ fn run<T: Cell>(p: &FastProblem, x: &[T], dy: Option<&[T]>, show: bool) -> Resul
     let mut o64 = vec![0f64; len];
     let mut o32 = vec![0f32; len];
     let fallbacks = AtomicU64::new(0);
+    let inp = CellsIn {
+        g,
+        chans: &chans,
+        x,
+        dy,
+    };
     o64.par_chunks_mut(CHUNK)
         .zip(o32.par_chunks_mut(CHUNK))
         .enumerate()
         .for_each(|(ci, (c64, c32))| {
-            let base = ci * CHUNK;
-            let end = base + c64.len();
-            let mut fb = 0u64;
-            let mut i = base;
-            while i < end {
-                let (c, run_end) = match g.layout {
-                    Layout::Rows | Layout::Flat | Layout::Chw => {
-                        let c = i / g.m;
-                        (c, (c + 1) * g.m)
-                    }
-                    Layout::Nchw => {
-                        let b = i / g.hw;
-                        (b % g.c, (b + 1) * g.hw)
-                    }
-                    Layout::Nhwc => (i % g.c, i + 1),
-                };
-                let run_end = run_end.min(end);
-                let ch = &chans[c];
-                let k = &ch.dd;
-                for j in i..run_end {
-                    let xv = x[j].to_f64();
-                    let dv = dy.map_or(0.0, |d| d[j].to_f64());
-                    let (r64, r32) = if k.ok {
-                        let (v, err) = k.approx(xv, dv);
-                        (decide_f64(v, err), decide_f32(v, err))
-                    } else {
-                        (None, None)
-                    };
-                    let (r64, r32) = match (r64, r32) {
-                        (Some(a), Some(b)) => (a, b),
-                        _ => {
-                            fb += 1;
-                            let ex = ch.ex.value(xv, dv);
-                            (
-                                r64.unwrap_or_else(|| round(&ex, FloatFormat::F64).to_f64()),
-                                r32.unwrap_or_else(|| round(&ex, FloatFormat::F32).to_f64() as f32),
-                            )
-                        }
-                    };
-                    c64[j - base] = r64;
-                    c32[j - base] = r32;
-                }
-                i = run_end;
-            }
+            let fb = cells_chunk_best(&inp, ci * CHUNK, c64, c32);
             fallbacks.fetch_add(fb, Ordering::Relaxed);
             pb.inc(c64.len() as u64);
         });
@@ -693,6 +662,109 @@ fn run<T: Cell>(p: &FastProblem, x: &[T], dy: Option<&[T]>, show: bool) -> Resul
             elements: len as u64,
             fallbacks: fallbacks.into_inner(),
         },
+    })
+}
+
+/// What the element pass reads: geometry, per-channel constants, the cell inputs.
+#[derive(Clone, Copy)]
+struct CellsIn<'a, T> {
+    g: &'a Geometry,
+    chans: &'a [Chan],
+    x: &'a [T],
+    dy: Option<&'a [T]>,
+}
+
+/// The cell outputs `base .. base + c64.len()` (correctly rounded f64 and f32); returns how
+/// many needed the exact fallback. Generic over how exact products are formed (`P`).
+#[inline(always)]
+fn cells_chunk<T: Cell, P: dd::Prod>(
+    inp: &CellsIn<'_, T>,
+    base: usize,
+    c64: &mut [f64],
+    c32: &mut [f32],
+) -> u64 {
+    let CellsIn { g, chans, x, dy } = *inp;
+    let end = base + c64.len();
+    let mut fb = 0u64;
+    let mut i = base;
+    while i < end {
+        let (c, run_end) = match g.layout {
+            Layout::Rows | Layout::Flat | Layout::Chw => {
+                let c = i / g.m;
+                (c, (c + 1) * g.m)
+            }
+            Layout::Nchw => {
+                let b = i / g.hw;
+                (b % g.c, (b + 1) * g.hw)
+            }
+            Layout::Nhwc => (i % g.c, i + 1),
+        };
+        let run_end = run_end.min(end);
+        let ch = &chans[c];
+        let k = &ch.dd;
+        for j in i..run_end {
+            let xv = x[j].to_f64();
+            let dv = dy.map_or(0.0, |d| d[j].to_f64());
+            let (r64, r32) = if k.ok {
+                let (v, err) = k.approx_by::<P>(xv, dv);
+                (decide_f64(v, err), decide_f32(v, err))
+            } else {
+                (None, None)
+            };
+            let (r64, r32) = match (r64, r32) {
+                (Some(a), Some(b)) => (a, b),
+                _ => {
+                    fb += 1;
+                    let ex = ch.ex.value(xv, dv);
+                    (
+                        r64.unwrap_or_else(|| round(&ex, FloatFormat::F64).to_f64()),
+                        r32.unwrap_or_else(|| round(&ex, FloatFormat::F32).to_f64() as f32),
+                    )
+                }
+            };
+            c64[j - base] = r64;
+            c32[j - base] = r32;
+        }
+        i = run_end;
+    }
+    fb
+}
+
+/// [`cells_chunk`] compiled for CPUs with FMA: the exact products of the double-double
+/// arithmetic take one `vfmadd` instead of Veltkamp splitting (bit-identical results).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+fn cells_chunk_fma<T: Cell>(
+    inp: &CellsIn<'_, T>,
+    base: usize,
+    c64: &mut [f64],
+    c32: &mut [f32],
+) -> u64 {
+    cells_chunk::<T, dd::Fused>(inp, base, c64, c32)
+}
+
+/// [`cells_chunk`] with FMA where the CPU has it (checked at run time), else portable.
+/// `BNCONF_NO_FMA` set: always portable (for comparing the two).
+fn cells_chunk_best<T: Cell>(
+    inp: &CellsIn<'_, T>,
+    base: usize,
+    c64: &mut [f64],
+    c32: &mut [f32],
+) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    if use_fma() {
+        // SAFETY: the CPU supports FMA (use_fma checked it at run time).
+        return unsafe { cells_chunk_fma(inp, base, c64, c32) };
+    }
+    cells_chunk::<T, dd::Portable>(inp, base, c64, c32)
+}
+
+/// Whether [`cells_chunk_best`] takes the FMA path (decided once per process).
+#[cfg(target_arch = "x86_64")]
+fn use_fma() -> bool {
+    static FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FMA.get_or_init(|| {
+        std::arch::is_x86_feature_detected!("fma") && std::env::var_os("BNCONF_NO_FMA").is_none()
     })
 }
 

@@ -177,7 +177,10 @@ pub fn underflow(u: f64) -> f64 {
 
 /// Smallest positive subnormal of a format: `2^(emin - p + 1)`.
 pub fn min_subnormal(f: FloatFormat) -> f64 {
-    2f64.powi((f.emin() - f.precision() as i64 + 1) as i32)
+    // In two halves: at run time `powi(-1074)` is `1 / 2^1074 = 1 / inf = 0` (compiler-rt's
+    // __powidf2); only constant folding got it right.
+    let e = (f.emin() - f.precision() as i64 + 1) as i32;
+    2f64.powi(e / 2) * 2f64.powi(e - e / 2)
 }
 
 /// Unit roundoff `u = 2^-p` of a dtype: f64 `2^-53`, f32 `2^-24`, f16 `2^-11`, bf16 `2^-8`.

@@ -28,6 +28,9 @@ pub struct Prepared {
     /// per-channel outputs); its exact values come from these per-channel constants
     /// ([`Prepared::exact_at`]).
     pub fast: Option<std::sync::Arc<crate::fast::cells::FastCells>>,
+    /// Replicated backward cases: per rank, the exact part of `dgamma`/`dbeta` its shard
+    /// contributes (`dgamma_local`/`dbeta_local`, judged when a rank writes them).
+    pub locals: Option<std::sync::Arc<Vec<crate::judge::replicated::RankLocal>>>,
 }
 
 /// Cells from which a case is judged through [`crate::fast::cells`] (exact per-channel
@@ -37,7 +40,11 @@ pub const FAST_JUDGE_MIN_LEN: usize = 1 << 14;
 
 /// Whether a case is judged through the fast cells.
 pub fn judged_fast(c: &SuiteCase) -> bool {
-    crate::fast::covers(c.op) && c.inputs.get("x").map_or(0, Vec::len) >= FAST_JUDGE_MIN_LEN
+    // The replicated suite's cases too, whatever their size: every kernel judged on them runs
+    // per rank, and their budgets come from the closed-form bounds anyway (m > 16).
+    crate::fast::covers(c.op)
+        && (c.inputs.get("x").map_or(0, Vec::len) >= FAST_JUDGE_MIN_LEN
+            || !c.shard_sizes.is_empty())
 }
 
 /// The fast preparation of a large case; `None` where it does not apply (then the exact path
@@ -68,6 +75,9 @@ fn prepare_fast(c: &SuiteCase) -> Option<Prepared> {
         approx.insert(name, vals.iter().map(Approx::new).collect());
         golden.insert(name, vals);
     }
+    let locals = crate::judge::replicated::locals(c, &golden)
+        .ok()?
+        .map(std::sync::Arc::new);
     Some(Prepared {
         k: budget::k_allowance(geom.m),
         case: c.clone(),
@@ -75,6 +85,7 @@ fn prepare_fast(c: &SuiteCase) -> Option<Prepared> {
         budgets,
         approx,
         fast: Some(std::sync::Arc::new(fc)),
+        locals,
     })
 }
 
@@ -233,6 +244,7 @@ pub fn prepare_with(
                 .iter()
                 .map(|(&n, v)| (n, v.iter().map(Approx::new).collect()))
                 .collect();
+            let locals = crate::judge::replicated::locals(c, &golden)?.map(std::sync::Arc::new);
             Ok(Prepared {
                 k: budget::k_allowance(p.geom.m),
                 case: c.clone(),
@@ -240,6 +252,7 @@ pub fn prepare_with(
                 budgets,
                 approx,
                 fast: None,
+                locals,
             })
         })
         .collect()
@@ -291,6 +304,9 @@ pub struct OutputResult {
     pub n_over: usize,
     /// Elements of the output (`n_over` of `len` are over).
     pub len: usize,
+    /// Replicated cases: the rank whose copy this is (per-channel outputs), or the rank holding
+    /// the worst element (per-element outputs, judged over the concatenated shards).
+    pub rank: Option<usize>,
 }
 
 /// The result of one case.
@@ -352,45 +368,23 @@ impl Prepared {
     pub fn judge(&self, computed: &BTreeMap<String, Vec<f64>>) -> CaseResult {
         let mut outs = Vec::new();
         for &name in self.case.op.outputs() {
-            // Each output is judged in its own dtype (activations' or parameters').
-            let u = self.case.dtype_of(name).unit_roundoff();
-            let n_exact = self.output_len(name);
             let Some(vals) = computed.get(name) else {
                 return self.malformed(&format!("output `{name}` missing"));
             };
-            if vals.len() != n_exact {
-                return self.malformed(&format!(
-                    "output `{name}` has {} values, expected {}",
-                    vals.len(),
-                    n_exact
-                ));
+            match self.judge_output(name, vals) {
+                Ok(o) => outs.push(o),
+                Err(why) => return self.malformed(&why),
             }
-            let b = &self.budgets[name];
-            let ratios = self.ratios(name, vals, u);
-            let mut worst = 0usize;
-            for (i, r) in ratios.iter().enumerate() {
-                if r.is_nan() || *r > ratios[worst] || ratios[worst].is_nan() && !r.is_nan() {
-                    worst = i;
-                }
-            }
-            let n_over = ratios.iter().filter(|r| r.is_nan() || **r > self.k).count();
-            let worst_exact = self.exact_at(name, worst);
-            outs.push(OutputResult {
-                name: name.to_string(),
-                worst_ratio: if ratios[worst].is_nan() {
-                    f64::INFINITY
-                } else {
-                    ratios[worst]
-                },
-                index: worst,
-                expected: worst_exact.to_string(),
-                expected_f64: round(&worst_exact, FloatFormat::F64).to_f64(),
-                actual: vals[worst],
-                budget: b[worst],
-                n_over,
-                len: vals.len(),
-            });
         }
+        self.verdict_of(outs, computed)
+    }
+
+    /// The result from judged outputs: pass when no element of any is over the allowance.
+    pub(crate) fn verdict_of(
+        &self,
+        outs: Vec<OutputResult>,
+        computed: &BTreeMap<String, Vec<f64>>,
+    ) -> CaseResult {
         let verdict = if outs.iter().all(|o| o.n_over == 0) {
             Verdict::Pass
         } else {
@@ -401,6 +395,66 @@ impl Prepared {
             r.computed = Some(std::sync::Arc::new(computed.clone()));
         }
         r
+    }
+
+    /// Judge one output (values of its dtype, as f64): its worst element and how many are
+    /// over the allowance; `Err` names a length mismatch.
+    pub fn judge_output(&self, name: &str, vals: &[f64]) -> Result<OutputResult, String> {
+        // Each output is judged in its own dtype (activations' or parameters').
+        let u = self.case.dtype_of(name).unit_roundoff();
+        let n_exact = self.output_len(name);
+        if vals.len() != n_exact {
+            return Err(format!(
+                "output `{name}` has {} values, expected {}",
+                vals.len(),
+                n_exact
+            ));
+        }
+        let ratios = self.ratios(name, vals, u);
+        Ok(worst_of(
+            name,
+            &ratios,
+            self.k,
+            vals,
+            |i| self.exact_at(name, i),
+            &self.budgets[name],
+        ))
+    }
+}
+
+/// The [`OutputResult`] of an output from its ratios: the worst element (NaN first), the
+/// count over `k`.
+pub(crate) fn worst_of(
+    name: &str,
+    ratios: &[f64],
+    k: f64,
+    vals: &[f64],
+    exact_at: impl Fn(usize) -> QSqrt,
+    budgets: &[ElementBudget],
+) -> OutputResult {
+    let mut worst = 0usize;
+    for (i, r) in ratios.iter().enumerate() {
+        if r.is_nan() || *r > ratios[worst] || ratios[worst].is_nan() && !r.is_nan() {
+            worst = i;
+        }
+    }
+    let n_over = ratios.iter().filter(|r| r.is_nan() || **r > k).count();
+    let worst_exact = exact_at(worst);
+    OutputResult {
+        name: name.to_string(),
+        worst_ratio: if ratios[worst].is_nan() {
+            f64::INFINITY
+        } else {
+            ratios[worst]
+        },
+        index: worst,
+        expected: worst_exact.to_string(),
+        expected_f64: round(&worst_exact, FloatFormat::F64).to_f64(),
+        actual: vals[worst],
+        budget: budgets[worst],
+        n_over,
+        len: vals.len(),
+        rank: None,
     }
 }
 
@@ -423,11 +477,15 @@ impl CaseResult {
             .outputs
             .iter()
             .map(|o| {
-                json!({"name": o.name, "worst_ratio": num(o.worst_ratio), "index": o.index, "expected": o.expected,
+                let mut v = json!({"name": o.name, "worst_ratio": num(o.worst_ratio), "index": o.index, "expected": o.expected,
                        "expected_f64": hexf(o.expected_f64), "actual": hexf(o.actual), "cond": num(o.budget.cond),
                        "mag": num(o.budget.mag), "mag2": num(o.budget.mag2), "elements_over": o.n_over,
                        "elements": o.len,
-                       "actual_over_expected": crate::report::detail::actual_over_expected(o).map(num)})
+                       "actual_over_expected": crate::report::detail::actual_over_expected(o).map(num)});
+                if let Some(r) = o.rank {
+                    v["rank"] = json!(r); // replicated cases (FORMAT.md "Replicated suites")
+                }
+                v
             })
             .collect();
         let reason = match &self.verdict {

@@ -3,3 +3,4 @@
 
 pub mod budget;
 pub mod check;
+pub mod replicated;

@@ -13,6 +13,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 pub mod exec;
+pub mod replicated;
+pub mod stablehlo;
 
 use crate::formats::fsafe::read_regular_string;
 
@@ -20,10 +22,14 @@ use crate::formats::fsafe::read_regular_string;
 /// manifest is about 60 KB); only regular files are read (docs/HOSTILE.md).
 pub const MAX_META_BYTES: u64 = 64 << 20;
 
-fn shape_of(c: &SuiteCase, name: &str) -> Vec<usize> {
+pub(crate) fn shape_of(c: &SuiteCase, name: &str) -> Vec<usize> {
     let g = || bnconf_spec::Geometry::new(c.layout, &c.shape, usize::MAX).expect("valid");
     match Op::extent(name) {
         bnconf_spec::op::Extent::Cells => c.shape.clone(),
+        // A replicated rank's shard may have no rows: its channels are the case's.
+        bnconf_spec::op::Extent::Channel if !c.shard_sizes.is_empty() => {
+            vec![c.shape[if c.layout == Layout::Nhwc { 3 } else { 1 }]]
+        }
         bnconf_spec::op::Extent::Channel => vec![g().c],
         bnconf_spec::op::Extent::Shards => vec![g().m],
     }
@@ -80,6 +86,10 @@ pub fn export(s: &Suite, dtype: Precision, filter: &Filter, dir: &Path) -> Resul
     for c in &s.cases {
         let cd = dir.join(&c.id);
         std::fs::create_dir_all(&cd).map_err(|e| ConfError::io(&cd, e))?;
+        if !c.shard_sizes.is_empty() {
+            replicated::export_case(c, &cd)?;
+            continue;
+        }
         let text = serde_json::to_string_pretty(&c.protocol_json()).expect("json") + "\n";
         write_bytes(&cd.join("case.json"), text.as_bytes())?;
         for (name, v) in &c.inputs {
@@ -174,18 +184,33 @@ pub fn regenerate(dir: &Path) -> Result<(Suite, Precision, Filter)> {
 /// that rewrote them, or an edited manifest, is caught here rather than judged).
 pub fn verify_inputs(dir: &Path, s: &Suite) -> Result<()> {
     for c in &s.cases {
-        for (name, want) in &c.inputs {
-            let path = dir.join(&c.id).join(format!("{name}.npy"));
-            let (_, data) = read_npy_any(&path, want.len().max(1))?;
-            let got = decode(&data);
-            let same = got.len() == want.len()
-                && (0..want.len()).all(|i| got[i].to_bits() == want[i].to_bits());
-            if !same {
-                return Err(ConfError::field(
-                    format!("{}/{name}.npy", c.id),
-                    format!("differs from suite {:?} as generated with seed {}: the inputs or the manifest were edited", s.name, s.seed),
-                ));
-            }
+        if !c.shard_sizes.is_empty() {
+            replicated::verify_inputs(dir, s, c)?;
+            continue;
+        }
+        verify_case_inputs(&dir.join(&c.id), &c.id, &c.inputs, s)?;
+    }
+    Ok(())
+}
+
+/// The input files `cd/<name>.npy` hold exactly `inputs` (`rel`: how errors name `cd`).
+pub(crate) fn verify_case_inputs(
+    cd: &Path,
+    rel: &str,
+    inputs: &BTreeMap<String, Vec<f64>>,
+    s: &Suite,
+) -> Result<()> {
+    for (name, want) in inputs {
+        let path = cd.join(format!("{name}.npy"));
+        let (_, data) = read_npy_any(&path, want.len().max(1))?;
+        let got = decode(&data);
+        let same = got.len() == want.len()
+            && (0..want.len()).all(|i| got[i].to_bits() == want[i].to_bits());
+        if !same {
+            return Err(ConfError::field(
+                format!("{rel}/{name}.npy"),
+                format!("differs from suite {:?} as generated with seed {}: the inputs or the manifest were edited", s.name, s.seed),
+            ));
         }
     }
     Ok(())
@@ -205,38 +230,22 @@ fn error_msg(e: &ConfError) -> String {
 pub fn read_outputs(dir: &Path, p: &Prepared) -> CaseResult {
     let c = &p.case;
     let out = dir.join(&c.id).join("out");
-    let unsup = out.join("unsupported");
-    if unsup.symlink_metadata().is_ok() {
-        // Only a regular file is read: a FIFO here would block, /dev/zero never end.
-        let why = match read_regular_string(&unsup, MAX_META_BYTES, "") {
-            Ok(why) => why,
-            Err(e) => return p.malformed(&format!("{}/out/unsupported: {}", c.id, error_msg(&e))),
-        };
-        let why = if why.trim().is_empty() {
-            "kernel reported unsupported".to_string()
-        } else {
-            why.trim().to_string()
-        };
-        return p.unsupported(&why);
+    if !c.shard_sizes.is_empty() {
+        return replicated::read_outputs(dir, p);
+    }
+    match unsupported_reason(&out, &format!("{}/out", c.id)) {
+        Some(Ok(why)) => return p.unsupported(&why),
+        Some(Err(why)) => return p.malformed(&why),
+        None => {}
     }
     let mut computed = BTreeMap::new();
     for &name in c.op.outputs() {
-        let path = out.join(format!("{name}.npy"));
         let rel = format!("{}/out/{name}.npy", c.id);
-        if path.symlink_metadata().is_err() {
-            return p.malformed(&format!("{rel}: missing"));
-        }
-        let want = shape_of(c, name);
-        // Regular files only, size checked against the expected shape before reading: a FIFO,
-        // a device or an oversized (even sparse) file is a malformed output, never a hang.
-        let (shape, data) = match read_npy_any(&path, want.iter().product::<usize>().max(1)) {
-            Ok(v) => v,
-            Err(e) => return p.malformed(&format!("{rel}: {}", error_msg(&e))),
-        };
-        if shape != want {
-            return p.malformed(&format!("{rel}: shape {shape:?}, expected {want:?}"));
-        }
-        match values_of(c.dtype_of(name), &data) {
+        match read_output(
+            &out.join(format!("{name}.npy")),
+            &shape_of(c, name),
+            c.dtype_of(name),
+        ) {
             Ok(v) => {
                 computed.insert(name.to_string(), v);
             }
@@ -246,118 +255,64 @@ pub fn read_outputs(dir: &Path, p: &Prepared) -> CaseResult {
     p.judge(&computed)
 }
 
+/// One output file of a kernel, as values of `dtype`: a regular file of shape `want` (size
+/// checked against the shape before reading: a FIFO, a device or an oversized — even sparse —
+/// file is a malformed output, never a hang). `Err` says why, without the path.
+pub(crate) fn read_output(
+    path: &Path,
+    want: &[usize],
+    dtype: FloatFormat,
+) -> std::result::Result<Vec<f64>, String> {
+    if path.symlink_metadata().is_err() {
+        return Err("missing".into());
+    }
+    let (shape, data) =
+        read_npy_any(path, want.iter().product::<usize>().max(1)).map_err(|e| error_msg(&e))?;
+    if shape != want {
+        return Err(format!("shape {shape:?}, expected {want:?}"));
+    }
+    values_of(dtype, &data)
+}
+
+/// `out/unsupported` of a case (or rank) directory, if present: the reason, or why it could
+/// not be read.
+pub(crate) fn unsupported_reason(
+    out: &Path,
+    rel: &str,
+) -> Option<std::result::Result<String, String>> {
+    let unsup = out.join("unsupported");
+    unsup.symlink_metadata().ok()?;
+    // Only a regular file is read: a FIFO here would block, /dev/zero never end.
+    Some(match read_regular_string(&unsup, MAX_META_BYTES, "") {
+        Ok(why) if why.trim().is_empty() => Ok("kernel reported unsupported".to_string()),
+        Ok(why) => Ok(why.trim().to_string()),
+        Err(e) => Err(format!("{rel}/unsupported: {}", error_msg(&e))),
+    })
+}
+
 /// `bnconf kernel NAME DIR`: run a built-in kernel over every case of a suite directory,
 /// reading `case.json` and the input npy files, writing `out/<output>.npy` (or
 /// `out/unsupported`). Returns the number of cases run.
 pub fn run_kernel_dir(kernel: &dyn bnconf_impl::Kernel, dir: &Path) -> Result<usize> {
-    let mut ids: Vec<String> = Vec::new();
-    let rd = std::fs::read_dir(dir).map_err(|e| ConfError::io(dir, e))?;
-    for e in rd.flatten() {
-        // Listed if present at all: a case.json that is not a regular file is refused below.
-        if e.path().join("case.json").symlink_metadata().is_ok() {
-            ids.push(e.file_name().to_string_lossy().into_owned());
-        }
-    }
-    ids.sort();
+    let ids = case_ids(dir)?;
     for id in &ids {
         let cd = dir.join(id);
-        let cpath = cd.join("case.json");
-        let text = read_regular_string(&cpath, MAX_META_BYTES, "")?;
-        let v: Value = serde_json::from_str(&text).map_err(|e| ConfError::Json {
-            path: cpath.display().to_string(),
-            msg: e.to_string(),
-        })?;
-        let get = |k: &str| {
-            v.get(k)
-                .and_then(Value::as_str)
-                .ok_or_else(|| ConfError::field(format!("{}: {k}", cpath.display()), "missing"))
-        };
-        let op = bnconf_impl::Op::from_name(get("op")?)
-            .ok_or_else(|| ConfError::field(format!("{}: op", cpath.display()), "unknown"))?;
-        let layout = bnconf_impl::Layout::from_name(get("layout")?)
-            .ok_or_else(|| ConfError::field(format!("{}: layout", cpath.display()), "unknown"))?;
-        let dtype = bnconf_impl::Dtype::from_name(get("dtype")?)
-            .ok_or_else(|| ConfError::field(format!("{}: dtype", cpath.display()), "unknown"))?;
-        // The shape, sized before anything is read or tabulated: its element count must be
-        // within the harness's limit and each input must have its length (a
-        // [1e6, 1e6, 1, 1] case used to build a 7.6 GB cell table before failing).
-        let shape_err = |msg: String| ConfError::field(format!("{}: shape", cpath.display()), msg);
-        let shape: Vec<usize> = v
-            .get("shape")
-            .and_then(Value::as_array)
-            .ok_or_else(|| shape_err("missing or not an array".into()))?
-            .iter()
-            .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
-            .collect::<Option<_>>()
-            .ok_or_else(|| shape_err("must be an array of non-negative integers".into()))?;
-        let (c_len, m_len, n_len) = bnconf_impl::channel_dims(layout, &shape).map_err(shape_err)?;
-        let max_elems = crate::formats::case::InputLimits::default().max_elems;
-        if n_len > max_elems {
-            return Err(shape_err(format!(
-                "{shape:?} has {n_len} elements, more than the limit of {max_elems}"
-            )));
-        }
-        let eps = v
-            .get("eps")
-            .and_then(Value::as_f64)
-            .ok_or_else(|| ConfError::field(format!("{}: eps", cpath.display()), "missing"))?;
-        let mut inputs = BTreeMap::new();
-        for name in op.inputs() {
-            let want = if bnconf_impl::is_cell_array(name) {
-                n_len
-            } else if bnconf_impl::is_shard_array(name) {
-                m_len
-            } else {
-                c_len
-            };
-            let ipath = cd.join(format!("{name}.npy"));
-            let (_, data) = read_npy_any(&ipath, want)?;
-            if data.len() != want {
-                return Err(ConfError::Npy {
-                    path: ipath.display().to_string(),
-                    msg: format!(
-                        "{} values, expected {want} (shape {shape:?} of {})",
-                        data.len(),
-                        cpath.display()
-                    ),
-                });
-            }
-            inputs.insert(name.to_string(), decode(&data));
-        }
-        let mut params = bnconf_impl::Params::default();
-        if op == bnconf_impl::Op::RunningUpdate {
-            params.momentum = v.get("momentum").and_then(Value::as_f64).ok_or_else(|| {
-                ConfError::field(format!("{}: momentum", cpath.display()), "missing")
-            })?;
-            params.convention = Some(
-                v.get("convention")
-                    .and_then(Value::as_str)
-                    .and_then(bnconf_impl::Convention::from_name)
-                    .ok_or_else(|| {
-                        ConfError::field(
-                            format!("{}: convention", cpath.display()),
-                            "missing or not one of pytorch, onnx",
-                        )
-                    })?,
+        let v = case_value(&cd)?;
+        if v.get("ranks").is_some() {
+            // A replicated case: its inputs are in rank<r>/, and only a replicated kernel
+            // (`bnconf kernel --list`) runs it.
+            let out = cd.join("out");
+            std::fs::create_dir_all(&out).map_err(|e| ConfError::io(&out, e))?;
+            let why = format!(
+                "{} is not a replicated kernel (the case is split across ranks)",
+                kernel.name()
             );
+            write_bytes(&out.join("unsupported"), why.as_bytes())?;
+            continue;
         }
-        // Mixed precisions: per-channel arrays in `param_dtype` (default: `dtype`).
-        let param_dtype = match v.get("param_dtype").and_then(Value::as_str) {
-            None => dtype,
-            Some(n) => bnconf_impl::Dtype::from_name(n).ok_or_else(|| {
-                ConfError::field(format!("{}: param_dtype", cpath.display()), "unknown")
-            })?,
-        };
-        let case = bnconf_impl::Case {
-            op,
-            layout,
-            shape: shape.clone(),
-            dtype,
-            param_dtype,
-            eps,
-            inputs,
-            params,
-        };
+        let case = kernel_case(&cd, &v, false)?;
+        let shape = case.shape.clone();
+        let (c_len, m_len, _) = bnconf_impl::channel_dims(case.layout, &shape).expect("checked");
         let out = cd.join("out");
         std::fs::create_dir_all(&out).map_err(|e| ConfError::io(&out, e))?;
         match kernel.run(&case) {
@@ -383,4 +338,152 @@ pub fn run_kernel_dir(kernel: &dyn bnconf_impl::Kernel, dir: &Path) -> Result<us
         }
     }
     Ok(ids.len())
+}
+
+/// Read `case.json` and the input npy files of a case directory `cd` as a kernel sees them
+/// (`shard`: a replicated case's `rank<r>/`, whose `shard_shape` gives the input shapes).
+/// Sizes are checked against the limits before anything is read.
+pub(crate) fn kernel_case(cd: &Path, v: &Value, shard: bool) -> Result<bnconf_impl::Case> {
+    let cpath = cd.join("case.json");
+    let get = |k: &str| {
+        v.get(k)
+            .and_then(Value::as_str)
+            .ok_or_else(|| ConfError::field(format!("{}: {k}", cpath.display()), "missing"))
+    };
+    let op = bnconf_impl::Op::from_name(get("op")?)
+        .ok_or_else(|| ConfError::field(format!("{}: op", cpath.display()), "unknown"))?;
+    let layout = bnconf_impl::Layout::from_name(get("layout")?)
+        .ok_or_else(|| ConfError::field(format!("{}: layout", cpath.display()), "unknown"))?;
+    let dtype = bnconf_impl::Dtype::from_name(get("dtype")?)
+        .ok_or_else(|| ConfError::field(format!("{}: dtype", cpath.display()), "unknown"))?;
+    // The shape, sized before anything is read or tabulated: its element count must be
+    // within the harness's limit and each input must have its length (a
+    // [1e6, 1e6, 1, 1] case used to build a 7.6 GB cell table before failing).
+    let shape_key = if shard { "shard_shape" } else { "shape" };
+    let shape_err =
+        |msg: String| ConfError::field(format!("{}: {shape_key}", cpath.display()), msg);
+    let shape: Vec<usize> = v
+        .get(shape_key)
+        .and_then(Value::as_array)
+        .ok_or_else(|| shape_err("missing or not an array".into()))?
+        .iter()
+        .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
+        .collect::<Option<_>>()
+        .ok_or_else(|| shape_err("must be an array of non-negative integers".into()))?;
+    let (c_len, m_len, n_len) = if shard {
+        // A rank's shard: the whole case's channels, any number of rows (0 included).
+        let whole: Vec<usize> = v
+            .get("shape")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
+            .collect();
+        let (c, _, _) = bnconf_impl::channel_dims(layout, &whole).map_err(shape_err)?;
+        if shape.len() != whole.len() || shape.get(1..) != whole.get(1..) {
+            return Err(shape_err(format!(
+                "{shape:?} is not a shard of the case's shape {whole:?}"
+            )));
+        }
+        let n = shape
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .ok_or_else(|| shape_err("element count overflows".into()))?;
+        (c, n / c, n)
+    } else {
+        bnconf_impl::channel_dims(layout, &shape).map_err(shape_err)?
+    };
+    let max_elems = crate::formats::case::InputLimits::default().max_elems;
+    if n_len > max_elems {
+        return Err(shape_err(format!(
+            "{shape:?} has {n_len} elements, more than the limit of {max_elems}"
+        )));
+    }
+    let eps = v
+        .get("eps")
+        .and_then(Value::as_f64)
+        .ok_or_else(|| ConfError::field(format!("{}: eps", cpath.display()), "missing"))?;
+    let mut inputs = BTreeMap::new();
+    for name in op.inputs() {
+        let want = if bnconf_impl::is_cell_array(name) {
+            n_len
+        } else if bnconf_impl::is_shard_array(name) {
+            m_len
+        } else {
+            c_len
+        };
+        let ipath = cd.join(format!("{name}.npy"));
+        let (_, data) = read_npy_any(&ipath, want.max(1))?;
+        if data.len() != want {
+            return Err(ConfError::Npy {
+                path: ipath.display().to_string(),
+                msg: format!(
+                    "{} values, expected {want} (shape {shape:?} of {})",
+                    data.len(),
+                    cpath.display()
+                ),
+            });
+        }
+        inputs.insert(name.to_string(), decode(&data));
+    }
+    let mut params = bnconf_impl::Params::default();
+    if op == bnconf_impl::Op::RunningUpdate {
+        params.momentum = v
+            .get("momentum")
+            .and_then(Value::as_f64)
+            .ok_or_else(|| ConfError::field(format!("{}: momentum", cpath.display()), "missing"))?;
+        params.convention = Some(
+            v.get("convention")
+                .and_then(Value::as_str)
+                .and_then(bnconf_impl::Convention::from_name)
+                .ok_or_else(|| {
+                    ConfError::field(
+                        format!("{}: convention", cpath.display()),
+                        "missing or not one of pytorch, onnx",
+                    )
+                })?,
+        );
+    }
+    // Mixed precisions: per-channel arrays in `param_dtype` (default: `dtype`).
+    let param_dtype = match v.get("param_dtype").and_then(Value::as_str) {
+        None => dtype,
+        Some(n) => bnconf_impl::Dtype::from_name(n).ok_or_else(|| {
+            ConfError::field(format!("{}: param_dtype", cpath.display()), "unknown")
+        })?,
+    };
+    let case = bnconf_impl::Case {
+        op,
+        layout,
+        shape: shape.clone(),
+        dtype,
+        param_dtype,
+        eps,
+        inputs,
+        params,
+    };
+    Ok(case)
+}
+
+/// The case directories of DIR (those holding a `case.json`), sorted.
+pub(crate) fn case_ids(dir: &Path) -> Result<Vec<String>> {
+    let mut ids: Vec<String> = Vec::new();
+    let rd = std::fs::read_dir(dir).map_err(|e| ConfError::io(dir, e))?;
+    for e in rd.flatten() {
+        // Listed if present at all: a case.json that is not a regular file is refused later.
+        if e.path().join("case.json").symlink_metadata().is_ok() {
+            ids.push(e.file_name().to_string_lossy().into_owned());
+        }
+    }
+    ids.sort();
+    Ok(ids)
+}
+
+/// `cd/case.json`, parsed (a regular file of at most [`MAX_META_BYTES`]).
+pub(crate) fn case_value(cd: &Path) -> Result<Value> {
+    let cpath = cd.join("case.json");
+    let text = read_regular_string(&cpath, MAX_META_BYTES, "")?;
+    serde_json::from_str(&text).map_err(|e| ConfError::Json {
+        path: cpath.display().to_string(),
+        msg: e.to_string(),
+    })
 }

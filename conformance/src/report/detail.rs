@@ -176,9 +176,26 @@ fn short(s: &str) -> String {
 /// `y[40] at (n=1, c=2, h=1, w=3)`, or `var[0] (channel 0)`.
 pub fn where_text(case: &SuiteCase, o: &OutputResult) -> String {
     let loc = locate(case, &o.name, o.index);
-    match Op::extent(&o.name) {
+    let text = match Op::extent(&o.name) {
         Extent::Cells => format!("{}[{}] at ({})", o.name, o.index, loc.coords_text()),
         _ => format!("{}[{}] (channel {})", o.name, o.index, loc.channel),
+    };
+    format!("{text}{}", rank_text(case, o))
+}
+
+/// ` on rank 2` (per-channel outputs: that rank's copy) or ` on rank 2 (its row 3)`
+/// (per-element outputs: the rank holding the element); empty outside the replicated suite.
+pub fn rank_text(case: &SuiteCase, o: &OutputResult) -> String {
+    let Some(r) = o.rank else {
+        return String::new();
+    };
+    match Op::extent(&o.name) {
+        Extent::Cells if !case.shard_sizes.is_empty() => {
+            let row = crate::suite::replicated::row_len(&case.shape);
+            let off = crate::suite::replicated::offsets(&case.shard_sizes)[r];
+            format!(" on rank {r} (its row {})", o.index / row - off)
+        }
+        _ => format!(" on rank {r}"),
     }
 }
 
@@ -248,6 +265,7 @@ pub fn render(r: &CaseResult, case: &SuiteCase) -> String {
             ),
             _ => format!("{}[{}] (channel {chan})", o.name, o.index),
         };
+        let place = format!("{place}{}", rank_text(case, o));
         let ratio_line = match actual_over_expected(o) {
             Some(q) => {
                 let hint = factor_hint(q, m)

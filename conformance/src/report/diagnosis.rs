@@ -15,11 +15,12 @@
 //! Every known-bad kernel of `bnconf_impl::all_kernels()` is tried on every failing case
 //! (verdict `fail`; a malformed output has no values to compare); a new known-bad kernel is a
 //! new fingerprint with no other change. Kernels that reproduce at least one case are listed,
-//! most cases first (ties in `all_kernels()` order).
+//! most cases first (ties in `all_kernels()` order). The `replicated` suite's cases are
+//! fingerprinted by the replicated known-bad kernels (`bad-rep-*`), run on the same ranks.
 
 use crate::judge::check::{CaseResult, Prepared, Verdict};
 use crate::par::*;
-use bnconf_impl::Kernel;
+use bnconf_impl::{Kernel, ReplicatedKernel};
 use std::collections::BTreeMap;
 
 /// A known-bad kernel that reproduces failing cases.
@@ -116,14 +117,72 @@ pub fn reproduces(
     far <= worst / 2.0
 }
 
-/// The diagnosis of a run against every known-bad kernel of `bnconf_impl::all_kernels()`.
+/// The diagnosis of a run against every known-bad kernel of `bnconf_impl::all_kernels()`
+/// (and, for the cases of the `replicated` suite, of `bnconf_impl::all_replicated_kernels()`).
 pub fn diagnose(prepared: &[Prepared], results: &[CaseResult]) -> Vec<Diagnosis> {
-    diagnose_with(&bnconf_impl::all_kernels(), prepared, results)
+    diagnose_in(
+        &bnconf_impl::all_kernels(),
+        &bnconf_impl::all_replicated_kernels(),
+        prepared,
+        results,
+    )
 }
 
 /// The diagnosis against the known-bad kernels among `kernels` (good ones are skipped).
 pub fn diagnose_with(
     kernels: &[Box<dyn Kernel>],
+    prepared: &[Prepared],
+    results: &[CaseResult],
+) -> Vec<Diagnosis> {
+    diagnose_in(kernels, &[], prepared, results)
+}
+
+/// A known-bad kernel as a fingerprint: a plain one (run on the whole case) or a replicated
+/// one (run on the case's ranks; it fingerprints only replicated cases, and plain ones only
+/// the others).
+#[derive(Clone, Copy)]
+enum Fingerprint<'a> {
+    Plain(&'a dyn Kernel),
+    Replicated(&'a dyn ReplicatedKernel),
+}
+
+impl Fingerprint<'_> {
+    fn name(&self) -> &'static str {
+        match self {
+            Fingerprint::Plain(k) => k.name(),
+            Fingerprint::Replicated(k) => k.name(),
+        }
+    }
+    fn description(&self) -> &'static str {
+        match self {
+            Fingerprint::Plain(k) => k.description(),
+            Fingerprint::Replicated(k) => k.description(),
+        }
+    }
+    /// The kernel's whole-case outputs on `p` when it fails the case itself (rule 1).
+    fn failing_outputs(&self, p: &Prepared) -> Option<BTreeMap<String, Vec<f64>>> {
+        let replicated = !p.case.shard_sizes.is_empty();
+        match *self {
+            Fingerprint::Plain(k) if !replicated => {
+                let theirs = k.run(&p.case.to_kernel_case()).ok()?;
+                (p.judge(&theirs).verdict == Verdict::Fail).then_some(theirs)
+            }
+            Fingerprint::Replicated(k) if replicated => {
+                let ranks: Vec<bnconf_impl::Case> = (0..p.case.shard_sizes.len())
+                    .map(|r| crate::suite::replicated::shard(&p.case, r).to_kernel_case())
+                    .collect();
+                let res = p.judge_ranks(&k.run_ranks(&ranks).ok()?);
+                // The concatenated shards and rank 0's per-channel values, as judged.
+                (res.verdict == Verdict::Fail).then(|| res.computed.map(|c| (*c).clone()))?
+            }
+            _ => None,
+        }
+    }
+}
+
+fn diagnose_in(
+    kernels: &[Box<dyn Kernel>],
+    replicated: &[Box<dyn ReplicatedKernel>],
     prepared: &[Prepared],
     results: &[CaseResult],
 ) -> Vec<Diagnosis> {
@@ -137,24 +196,26 @@ pub fn diagnose_with(
     if failing.is_empty() {
         return vec![];
     }
-    let bad: Vec<&dyn Kernel> = kernels
+    let bad: Vec<Fingerprint> = kernels
         .iter()
         .filter(|k| k.verdict() == bnconf_impl::Verdict::KnownBad)
-        .map(|k| k.as_ref())
+        .map(|k| Fingerprint::Plain(k.as_ref()))
+        .chain(
+            replicated
+                .iter()
+                .filter(|k| k.verdict() == bnconf_impl::Verdict::KnownBad)
+                .map(|k| Fingerprint::Replicated(k.as_ref())),
+        )
         .collect();
     // matches[case][kernel]
     let matches: Vec<Vec<bool>> = failing
         .par_iter()
         .map(|(p, r)| {
             let ours = r.computed.as_ref().expect("kept for failing cases");
-            let kc = p.case.to_kernel_case();
             bad.iter()
-                .map(|k| match k.run(&kc) {
-                    Ok(theirs) => {
-                        p.judge(&theirs).verdict == Verdict::Fail
-                            && reproduces(p, ours, &theirs, r.worst_ratio)
-                    }
-                    Err(_) => false,
+                .map(|k| {
+                    k.failing_outputs(p)
+                        .is_some_and(|theirs| reproduces(p, ours, &theirs, r.worst_ratio))
                 })
                 .collect()
         })

@@ -363,7 +363,10 @@ pub fn human_report(ctx: &Context, max_details: usize) -> String {
                         fmt_ratio(detail::severity(r)),
                         detail::over_worst_first(r)
                             .iter()
-                            .map(|o| format!("{}: {} of {}", o.name, o.n_over, o.len))
+                            .map(|o| match o.rank {
+                                Some(r) => format!("{}@rank{r}: {} of {}", o.name, o.n_over, o.len),
+                                None => format!("{}: {} of {}", o.name, o.n_over, o.len),
+                            })
                             .collect::<Vec<_>>()
                             .join(", ")
                     ),

@@ -9,6 +9,7 @@
 //! The random stream is SplitMix64 and only IEEE +, −, × (no libm), so a seed gives the same
 //! bytes on every machine and with every crate version.
 
+pub mod replicated;
 pub mod scale;
 pub mod vectors;
 
@@ -144,6 +145,9 @@ pub struct SuiteCase {
     pub convention: Option<Convention>,
     /// Inputs by name, in the layout's order (cells) or `[C]` (`[R]` for `shard_count`).
     pub inputs: BTreeMap<String, Vec<f64>>,
+    /// The `replicated` suite: rank r holds batch rows `offset_r .. offset_r + n_r` of the
+    /// whole batch (`Σ n_r = N`, `n_r` may be 0). Empty for every other case.
+    pub shard_sizes: Vec<usize>,
 }
 
 impl SuiteCase {
@@ -265,6 +269,11 @@ impl SuiteCase {
             o.insert("momentum".into(), json!(num));
             o.insert("momentum_exact".into(), json!(exact));
             o.insert("convention".into(), json!(conv.name()));
+        }
+        if !self.shard_sizes.is_empty() {
+            let o = v.as_object_mut().expect("object");
+            o.insert("ranks".into(), json!(self.shard_sizes.len()));
+            o.insert("shard_sizes".into(), json!(self.shard_sizes));
         }
         v
     }
@@ -611,14 +620,14 @@ fn classes(dtype: FloatFormat, level_filter: &[Level]) -> Vec<Class> {
 const GAMMA_ZERO: &str = "gamma-zero";
 
 /// Names of the suites.
-pub const SUITES: [&str; 3] = ["default", "extreme", "scale"];
+pub const SUITES: [&str; 4] = ["default", "extreme", "scale", "replicated"];
 
 /// Levels of a named suite.
 pub fn suite_levels(name: &str) -> Option<Vec<Level>> {
     match name {
         "default" => Some(vec![Level::Core, Level::Conditioning]),
         "extreme" => Some(vec![Level::Range]),
-        "scale" => Some(vec![Level::Core, Level::Conditioning]),
+        "scale" | "replicated" => Some(vec![Level::Core, Level::Conditioning]),
         _ => None,
     }
 }
@@ -668,23 +677,18 @@ pub fn generate_in(
     let root = Rng::new(seed);
     let mut cases = Vec::new();
     let mut excluded = Vec::new();
-    if name == "scale" {
-        for &prec in precisions {
-            for sc in &scale::SHAPES {
-                for op in [Op::Forward, Op::Backward] {
-                    for layout in [Layout::Nchw, Layout::Nhwc] {
-                        if (!filter.ops.is_empty() && !filter.ops.contains(&op))
-                            || (!filter.layouts.is_empty() && !filter.layouts.contains(&layout))
-                        {
-                            continue;
-                        }
-                        let case = scale::make(&root, sc, prec, op, layout);
-                        match scale::ill_posed(&case) {
-                            Some(why) => excluded.push((case.id, why)),
-                            None => cases.push(case),
-                        }
-                    }
-                }
+    // The suites of their own shapes: a list of cases, each kept unless ill-posed.
+    type WhyNot = fn(&SuiteCase) -> Option<String>;
+    let own: Option<(Vec<SuiteCase>, WhyNot)> = match name {
+        "replicated" => Some((replicated::generate(&root, precisions, filter), ill_posed)),
+        "scale" => Some((scale::generate(&root, precisions, filter), scale::ill_posed)),
+        _ => None,
+    };
+    if let Some((generated, why_not)) = own {
+        for case in generated {
+            match why_not(&case) {
+                Some(why) => excluded.push((case.id, why)),
+                None => cases.push(case),
             }
         }
         return Some(Suite {
@@ -860,6 +864,7 @@ fn make_sync_stats_case(rng: &mut Rng, id: String, class: &Class, prec: Precisio
         momentum: None,
         convention: None,
         inputs,
+        shard_sizes: vec![],
     }
 }
 
@@ -886,9 +891,29 @@ fn make_case(
     if op == Op::SyncStats {
         return make_sync_stats_case(rng, id, class, prec);
     }
+    make_case_shaped(
+        rng,
+        id,
+        class,
+        prec,
+        op,
+        layout,
+        shape_for(layout, class.shape),
+    )
+}
+
+/// [`make_case`] with the shape given (the `replicated` suite's batches).
+fn make_case_shaped(
+    rng: &mut Rng,
+    id: String,
+    class: &Class,
+    prec: Precision,
+    op: Op,
+    layout: Layout,
+    shape: Vec<usize>,
+) -> SuiteCase {
     // Activations in `dtype`, every per-channel input in `pdt`.
     let (dtype, pdt) = (prec.act, prec.param);
-    let shape = shape_for(layout, class.shape);
     let geom = Geometry::new(layout, &shape, usize::MAX).expect("valid");
     let (c, m) = (geom.c, geom.m);
     // The batch this case is a shard of: R shards (R = 2 for sync ops, shard 0 is this case).
@@ -1066,6 +1091,7 @@ fn make_case(
         momentum,
         convention,
         inputs,
+        shard_sizes: vec![],
     }
 }
 

@@ -4,7 +4,7 @@
 //! backward, at the levels core and conditioning. Cases are judged through the fast cells
 //! (`judge::check::judged_fast`): exact per-channel constants, double-double per element.
 
-use super::{to_dtype, Level, Precision, Rng, SuiteCase};
+use super::{to_dtype, Filter, Level, Precision, Rng, SuiteCase};
 use bnconf_spec::exact::round::FloatFormat;
 use bnconf_spec::{Geometry, Layout, Op};
 use std::collections::BTreeMap;
@@ -77,6 +77,25 @@ pub const SHAPES: [ScaleShape; 5] = [
         target: "m = 1054947 > 2^20, per-sample means differ",
     },
 ];
+
+/// Every case of the suite in the precisions given (before the ill-posed are left out).
+pub fn generate(root: &Rng, precisions: &[Precision], filter: &Filter) -> Vec<SuiteCase> {
+    let mut cases = Vec::new();
+    for &prec in precisions {
+        for sc in &SHAPES {
+            for op in [Op::Forward, Op::Backward] {
+                for layout in [Layout::Nchw, Layout::Nhwc] {
+                    if (filter.ops.is_empty() || filter.ops.contains(&op))
+                        && (filter.layouts.is_empty() || filter.layouts.contains(&layout))
+                    {
+                        cases.push(make(root, sc, prec, op, layout));
+                    }
+                }
+            }
+        }
+    }
+    cases
+}
 
 /// The case of a shape, op, layout and precision (random stream forked from the suite seed
 /// by the id, so a case is the same whatever the filters).
@@ -170,6 +189,7 @@ pub fn make(root: &Rng, sc: &ScaleShape, prec: Precision, op: Op, layout: Layout
         momentum: None,
         convention: None,
         inputs,
+        shard_sizes: vec![],
     }
 }
 

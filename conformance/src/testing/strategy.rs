@@ -596,5 +596,6 @@ fn build(sh: &Shape, d: &Draw) -> Option<SuiteCase> {
         momentum,
         convention,
         inputs,
+        shard_sizes: vec![],
     })
 }

@@ -1,0 +1,708 @@
+//! `bnconf shrink` (docs/FORMAT.md, "Added in bnconf 0.3: shrink"): from a case a kernel
+//! fails, search deterministically for a smaller case it still fails the same way — fewer
+//! channels, fewer cells (N, H, W), simpler values — and write it as a `bnconf-case/1` file
+//! with npy inputs, the exact expected outputs, what the kernel returned and the ratios.
+//!
+//! This module holds what needs no process handling: the moves on a case (select channels,
+//! drop cells along an axis, round values to a coarse binary grid), their validity, the
+//! signature a candidate must keep, and the output files. [`run`] (feature `cli`, unix) runs an
+//! outside kernel on each candidate through the kernel directory protocol.
+//!
+//! Every candidate is a [`SuiteCase`] held in memory; it is exported as a one-case directory,
+//! the kernel fills `out/`, and the outputs are judged against the candidate's exact goldens
+//! computed from memory (inputs are never read back from the directory).
+
+#[cfg(all(feature = "cli", unix))]
+pub mod cli;
+#[cfg(all(feature = "cli", unix))]
+pub mod run;
+
+use crate::error::{ConfError, Result};
+use crate::formats::case::{read_case_file, Dtype, InputLimits};
+use crate::formats::golden;
+use crate::formats::npy::write_npy;
+use crate::judge::check::{hexf, num, CaseResult, Prepared, Verdict};
+use crate::protocol::npy_of;
+use crate::suite::{self, Level, SuiteCase};
+use bnconf_spec::exact::round::{f64_to_rational, FloatFormat};
+use bnconf_spec::op::Extent;
+use bnconf_spec::{Geometry, Layout, Op, Problem, QSqrt};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The default `--max-runs`: kernel runs after the original one.
+pub const DEFAULT_MAX_RUNS: usize = 300;
+
+/// Grid exponents tried when simplifying an array: every value rounded to a multiple of
+/// `2^-k` (coarsest first; `k = 0` is integers).
+pub const GRID_EXPONENTS: [i32; 13] = [0, 1, 2, 3, 4, 6, 8, 10, 12, 14, 16, 20, 24];
+
+/// The logical axes of a case: `n`, `c`, `h`, `w` (`rows`/`flat`: `n = h = 1`, `w = m`;
+/// `chw`: `n = 1`; `sync_stats`' shards are `w`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dims {
+    /// Batch.
+    pub n: usize,
+    /// Channels.
+    pub c: usize,
+    /// Height.
+    pub h: usize,
+    /// Width (cells of a row for `rows`/`flat`).
+    pub w: usize,
+}
+
+impl Dims {
+    /// The logical axes of a layout's shape (already validated).
+    pub fn of(layout: Layout, shape: &[usize]) -> Dims {
+        match layout {
+            Layout::Rows | Layout::Flat => Dims {
+                n: 1,
+                c: shape[0],
+                h: 1,
+                w: shape[1],
+            },
+            Layout::Chw => Dims {
+                n: 1,
+                c: shape[0],
+                h: shape[1],
+                w: shape[2],
+            },
+            Layout::Nchw => Dims {
+                n: shape[0],
+                c: shape[1],
+                h: shape[2],
+                w: shape[3],
+            },
+            Layout::Nhwc => Dims {
+                n: shape[0],
+                c: shape[3],
+                h: shape[1],
+                w: shape[2],
+            },
+        }
+    }
+
+    /// The layout's shape.
+    pub fn shape(self, layout: Layout) -> Vec<usize> {
+        match layout {
+            Layout::Rows | Layout::Flat => vec![self.c, self.w],
+            Layout::Chw => vec![self.c, self.h, self.w],
+            Layout::Nchw => vec![self.n, self.c, self.h, self.w],
+            Layout::Nhwc => vec![self.n, self.h, self.w, self.c],
+        }
+    }
+
+    /// Flat (row-major) index of element `(n, c, h, w)` in the layout.
+    pub fn index(self, layout: Layout, n: usize, c: usize, h: usize, w: usize) -> usize {
+        match layout {
+            Layout::Rows | Layout::Flat => c * self.w + w,
+            Layout::Chw => (c * self.h + h) * self.w + w,
+            Layout::Nchw => ((n * self.c + c) * self.h + h) * self.w + w,
+            Layout::Nhwc => ((n * self.h + h) * self.w + w) * self.c + c,
+        }
+    }
+
+    /// `(n, c, h, w)` of flat index `i` (inverse of [`Dims::index`]).
+    pub fn position(self, layout: Layout, i: usize) -> (usize, usize, usize, usize) {
+        match layout {
+            Layout::Rows | Layout::Flat => (0, i / self.w, 0, i % self.w),
+            Layout::Chw => (0, i / (self.h * self.w), (i / self.w) % self.h, i % self.w),
+            Layout::Nchw => (
+                i / (self.c * self.h * self.w),
+                (i / (self.h * self.w)) % self.c,
+                (i / self.w) % self.h,
+                i % self.w,
+            ),
+            Layout::Nhwc => (
+                i / (self.h * self.w * self.c),
+                i % self.c,
+                (i / (self.w * self.c)) % self.h,
+                (i / self.c) % self.w,
+            ),
+        }
+    }
+}
+
+/// Which indices of each logical axis a candidate keeps (in order).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Selection {
+    /// Kept batch indices.
+    pub n: Vec<usize>,
+    /// Kept channels.
+    pub c: Vec<usize>,
+    /// Kept rows.
+    pub h: Vec<usize>,
+    /// Kept columns (or shards).
+    pub w: Vec<usize>,
+}
+
+impl Selection {
+    /// Everything of `d`.
+    pub fn all(d: Dims) -> Selection {
+        Selection {
+            n: (0..d.n).collect(),
+            c: (0..d.c).collect(),
+            h: (0..d.h).collect(),
+            w: (0..d.w).collect(),
+        }
+    }
+}
+
+/// `case` restricted to `sel` (inputs gathered; the id, eps and parameters kept). `None`
+/// when an axis would be empty, or the layout has no such axis to cut.
+pub fn select(case: &SuiteCase, sel: &Selection) -> Option<SuiteCase> {
+    let d = Dims::of(case.layout, &case.shape);
+    let nd = Dims {
+        n: sel.n.len(),
+        c: sel.c.len(),
+        h: sel.h.len(),
+        w: sel.w.len(),
+    };
+    if nd.n == 0 || nd.c == 0 || nd.h == 0 || nd.w == 0 {
+        return None;
+    }
+    let fixed = match case.layout {
+        Layout::Rows | Layout::Flat => nd.n != 1 || nd.h != 1,
+        Layout::Chw => nd.n != 1,
+        _ => false,
+    };
+    if fixed {
+        return None;
+    }
+    let mut out = case.clone();
+    out.shape = nd.shape(case.layout);
+    for (name, v) in out.inputs.iter_mut() {
+        let old = std::mem::take(v);
+        *v = match Op::extent(name) {
+            Extent::Channel => sel.c.iter().map(|&c| old[c]).collect(),
+            Extent::Shards => sel.w.iter().map(|&w| old[w]).collect(),
+            Extent::Cells => {
+                let mut nv = vec![0.0; nd.n * nd.c * nd.h * nd.w];
+                for (n2, &n) in sel.n.iter().enumerate() {
+                    for (c2, &c) in sel.c.iter().enumerate() {
+                        for (h2, &h) in sel.h.iter().enumerate() {
+                            for (w2, &w) in sel.w.iter().enumerate() {
+                                nv[nd.index(case.layout, n2, c2, h2, w2)] =
+                                    old[d.index(case.layout, n, c, h, w)];
+                            }
+                        }
+                    }
+                }
+                nv
+            }
+        };
+    }
+    Some(out)
+}
+
+/// The exact problem of a case, or why the op is undefined there (the `SuiteCase::problem`
+/// of a hand-made or shrunk case, without its `expect`).
+pub fn problem_of(case: &SuiteCase) -> Result<Problem> {
+    let geom = Geometry::new(case.layout, &case.shape, usize::MAX)?;
+    let eps = bnconf_spec::exact::parse::parse_rational(&case.eps)
+        .map_err(|e| ConfError::field("eps", e.to_string()))?;
+    let mut inputs = BTreeMap::new();
+    for (k, v) in &case.inputs {
+        let mut ex = Vec::with_capacity(v.len());
+        for (i, &x) in v.iter().enumerate() {
+            let r = f64_to_rational(x)
+                .ok_or_else(|| ConfError::field(format!("inputs.{k}[{i}]"), "not finite"))?;
+            ex.push(QSqrt::rational(r));
+        }
+        inputs.insert(k.clone(), ex);
+    }
+    Ok(Problem::new_with_params(
+        case.op,
+        geom,
+        eps,
+        inputs,
+        case.params(),
+    )?)
+}
+
+/// Whether a candidate may be judged: the op is defined at its inputs and it is not ill-posed
+/// in its dtype (the suites' rule, `suite::ill_posed`).
+pub fn valid(case: &SuiteCase) -> bool {
+    problem_of(case).is_ok() && suite::ill_posed(case).is_none()
+}
+
+/// `v` rounded to the nearest multiple of `2^-k` (ties away from zero), then to `f`. Exact in
+/// f64 for the magnitudes a float dtype holds (`|v|·2^k < 2^53`); other values are kept.
+pub fn to_grid(v: f64, k: i32, f: FloatFormat) -> f64 {
+    let s = 2f64.powi(k);
+    let scaled = v * s;
+    if !scaled.is_finite() || scaled.abs() >= 2f64.powi(52) {
+        return v;
+    }
+    // `+ 0.0` turns a -0 (a small negative value rounded to zero) into +0.
+    suite::to_dtype(scaled.round() / s, f) + 0.0
+}
+
+/// The simple replacements tried for a whole input before grid rounding: the values that
+/// make the parameter vanish from the formula (`gamma` 1, `beta` 0, ...).
+pub fn neutral_value(name: &str) -> Option<f64> {
+    match name {
+        "gamma" | "running_var" | "shard_count" => Some(1.0),
+        "beta" | "running_mean" => Some(0.0),
+        _ => None,
+    }
+}
+
+/// The failure a candidate must keep: the same output over budget and, where the original's
+/// diagnosis named a known-bad kernel, that kernel reproducing it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Signature {
+    /// The original's worst output.
+    pub output: String,
+    /// The known-bad kernel that reproduced the original (`bnconf kernel --list`), if any.
+    pub kernel: Option<String>,
+}
+
+impl Signature {
+    /// The signature of a failing result (`None` when it does not fail).
+    pub fn of(p: &Prepared, r: &CaseResult) -> Option<Signature> {
+        if r.verdict != Verdict::Fail {
+            return None;
+        }
+        let worst = r.outputs.iter().filter(|o| o.n_over > 0).fold(
+            None::<&crate::judge::check::OutputResult>,
+            |a, o| match a {
+                Some(b) if b.worst_ratio >= o.worst_ratio => Some(b),
+                _ => Some(o),
+            },
+        )?;
+        let kernel =
+            crate::report::diagnosis::diagnose(std::slice::from_ref(p), std::slice::from_ref(r))
+                .first()
+                .map(|d| d.kernel.clone());
+        Some(Signature {
+            output: worst.name.clone(),
+            kernel,
+        })
+    }
+
+    /// Whether result `r` of candidate `p` fails the same way.
+    pub fn matches(&self, p: &Prepared, r: &CaseResult) -> bool {
+        if r.verdict != Verdict::Fail
+            || !r
+                .outputs
+                .iter()
+                .any(|o| o.name == self.output && o.n_over > 0)
+        {
+            return false;
+        }
+        match &self.kernel {
+            None => true,
+            Some(k) => {
+                crate::report::diagnosis::diagnose(std::slice::from_ref(p), std::slice::from_ref(r))
+                    .iter()
+                    .any(|d| &d.kernel == k)
+            }
+        }
+    }
+}
+
+/// A case read from a `bnconf-case/1` file, as a suite case (float dtypes only; `eps` and
+/// `momentum` must be JSON number literals, as the protocol writes them).
+pub fn case_from_file(path: &Path, lim: &InputLimits) -> Result<SuiteCase> {
+    let c = read_case_file(path, lim)?;
+    let Dtype::Float(f) = c.dtype else {
+        return Err(ConfError::field(
+            "dtype",
+            "shrink needs a float dtype (f64, f32, f16, bf16), got \"exact\"",
+        ));
+    };
+    let number = |field: &str, text: &str| -> Result<()> {
+        serde_json::from_str::<serde_json::Number>(text)
+            .map(|_| ())
+            .map_err(|_| {
+                ConfError::field(
+                    field,
+                    format!("{text:?}: shrink needs a decimal number here (e.g. \"1e-5\"), as the kernel directory protocol writes it"),
+                )
+            })
+    };
+    number("eps", &c.eps_text)?;
+    if let Some(m) = &c.momentum_text {
+        number("momentum", m)?;
+    }
+    let p = &c.problem;
+    let mut inputs = BTreeMap::new();
+    for (name, vals) in &p.inputs {
+        let mut v = Vec::with_capacity(vals.len());
+        for (i, q) in vals.iter().enumerate() {
+            let x = q
+                .as_rational()
+                .map(|r| bnconf_spec::exact::round::round_rational(r, FloatFormat::F64).to_f64())
+                .ok_or_else(|| ConfError::field(format!("inputs.{name}[{i}]"), "not rational"))?;
+            v.push(x);
+        }
+        inputs.insert(name.clone(), v);
+    }
+    let text = |k: &str| c.extra.get(k).and_then(Value::as_str).map(str::to_string);
+    Ok(SuiteCase {
+        id: c.id.clone(),
+        level: text("level")
+            .and_then(|l| Level::from_name(&l))
+            .unwrap_or(Level::Conditioning),
+        class: text("class").unwrap_or_else(|| "case-file".into()),
+        target: text("target").unwrap_or_default(),
+        dtype: f,
+        param_dtype: f,
+        op: p.op,
+        layout: p.geom.layout,
+        shape: p.geom.shape.clone(),
+        eps: c.eps_text.clone(),
+        momentum: c.momentum_text.clone(),
+        convention: p.params.convention,
+        inputs,
+        shard_sizes: vec![],
+    })
+}
+
+/// Write `case` as a one-case suite directory of the kernel directory protocol in `dir`
+/// (`bnconf export`'s files for a suite `shrink` of that one case): `manifest.json`,
+/// `<id>/case.json`, `<id>/<input>.npy`.
+pub fn write_protocol_dir(case: &SuiteCase, dir: &Path) -> Result<()> {
+    let s = suite::Suite {
+        name: "shrink".into(),
+        seed: 0,
+        cases: vec![case.clone()],
+        excluded: vec![],
+    };
+    crate::protocol::export(&s, case.precision(), &suite::Filter::default(), dir)
+}
+
+fn tensor_shape(case: &SuiteCase, name: &str) -> Vec<usize> {
+    let d = Dims::of(case.layout, &case.shape);
+    match Op::extent(name) {
+        Extent::Cells => case.shape.clone(),
+        Extent::Channel => vec![d.c],
+        Extent::Shards => vec![d.w],
+    }
+}
+
+fn write_inputs(case: &SuiteCase, dir: &Path) -> Result<()> {
+    for (name, v) in &case.inputs {
+        write_npy(
+            &dir.join(format!("{name}.npy")),
+            &tensor_shape(case, name),
+            &npy_of(case.dtype_of(name), v),
+        )?;
+    }
+    Ok(())
+}
+
+/// The `bnconf-case/1` document of a shrunk case: inputs as `{"npy": "<name>.npy"}` beside
+/// it, `eps`/`momentum` as the exact decimals, plus `level`, `class`, `target` and
+/// `shrunk_from` (the original case's id).
+pub fn case_file_json(case: &SuiteCase, from: &str) -> Value {
+    let num_of = |t: &str| -> Value {
+        serde_json::from_str::<serde_json::Number>(t)
+            .map(Value::Number)
+            .unwrap_or_else(|_| json!(t))
+    };
+    let mut o = serde_json::Map::new();
+    o.insert("format".into(), json!("bnconf-case/1"));
+    o.insert("id".into(), json!(case.id));
+    o.insert("op".into(), json!(case.op.name()));
+    o.insert("layout".into(), json!(case.layout.name()));
+    o.insert("shape".into(), json!(case.shape));
+    o.insert("dtype".into(), json!(case.dtype.name()));
+    o.insert("eps".into(), num_of(&case.eps));
+    if let (Some(a), Some(conv)) = (&case.momentum, case.convention) {
+        o.insert("momentum".into(), num_of(a));
+        o.insert("convention".into(), json!(conv.name()));
+    }
+    o.insert("level".into(), json!(case.level.name()));
+    o.insert("class".into(), json!(case.class));
+    o.insert("target".into(), json!(case.target));
+    o.insert("shrunk_from".into(), json!(from));
+    let inputs: serde_json::Map<String, Value> = case
+        .op
+        .inputs()
+        .iter()
+        .map(|&n| (n.to_string(), json!({"npy": format!("{n}.npy")})))
+        .collect();
+    o.insert("inputs".into(), Value::Object(inputs));
+    Value::Object(o)
+}
+
+/// What the search found, for the output files and the printed summary.
+#[derive(Clone, Debug)]
+pub struct Shrunk {
+    /// The original case.
+    pub original: SuiteCase,
+    /// The original's result.
+    pub original_result: CaseResult,
+    /// The shrunk case (id `<original id>.shrunk`).
+    pub case: SuiteCase,
+    /// Its prepared goldens and budgets.
+    pub prepared: Prepared,
+    /// The kernel's result on it (verdict `fail`, outputs kept).
+    pub result: CaseResult,
+    /// The failure kept.
+    pub signature: Signature,
+    /// Kernel runs made (the original's included).
+    pub runs: usize,
+    /// The kernel command, as given.
+    pub command: String,
+}
+
+/// A value of dtype `f` as that dtype's hex string (`nan`, `inf`, `-inf` when not finite).
+pub fn hex_in(x: f64, f: FloatFormat) -> String {
+    match f64_to_rational(x) {
+        Some(r) => bnconf_spec::exact::round::round_rational(&r, f).to_hex(),
+        None => hexf(x),
+    }
+}
+
+fn elements(case: &SuiteCase) -> usize {
+    case.inputs.values().map(Vec::len).sum()
+}
+
+/// `shrink.json` (`bnconf-shrink/1`): the original and shrunk case, the failure kept, and per
+/// output every element's exact value, its correct rounding to the case dtype (and f64), what
+/// the kernel returned and the ratio.
+pub fn report_json(s: &Shrunk) -> Result<Value> {
+    let g = golden::compute(s.case.to_case())?;
+    let computed = s.result.computed.as_ref().ok_or_else(|| {
+        ConfError::field(
+            "shrink",
+            "the kernel's outputs were not kept for the shrunk case",
+        )
+    })?;
+    let mut outs = Vec::new();
+    for &name in s.case.op.outputs() {
+        let f = s.case.dtype_of(name);
+        let exact = &g.outputs[name];
+        let got = &computed[name];
+        let u = f.unit_roundoff();
+        let ratios = s.prepared.ratios(name, got, u);
+        let r = s.result.outputs.iter().find(|o| o.name == name);
+        outs.push(json!({
+            "name": name,
+            "dtype": f.name(),
+            "shape": tensor_shape(&s.case, name),
+            "worst_ratio": r.map(|o| num(o.worst_ratio)),
+            "index": r.map(|o| o.index),
+            "elements_over": r.map(|o| o.n_over),
+            "exact": exact.iter().map(|v| v.to_string()).collect::<Vec<_>>(),
+            "expected": golden::rounded_hex(exact, f),
+            "expected_f64": golden::rounded_hex(exact, FloatFormat::F64),
+            "kernel": got.iter().map(|&x| hex_in(x, f)).collect::<Vec<_>>(),
+            "ratio": ratios.iter().map(|&x| num(if x.is_nan() { f64::INFINITY } else { x })).collect::<Vec<_>>(),
+        }));
+    }
+    Ok(json!({
+        "format": "bnconf-shrink/1",
+        "tool": {"name": "bnconf", "version": env!("CARGO_PKG_VERSION")},
+        "kernel": s.command,
+        "original": {
+            "id": s.original.id,
+            "shape": s.original.shape,
+            "input_elements": elements(&s.original),
+            "worst_ratio": num(s.original_result.worst_ratio),
+        },
+        "failure": {"output": s.signature.output, "behaves_like": s.signature.kernel},
+        "case": {
+            "id": s.case.id,
+            "op": s.case.op.name(),
+            "layout": s.case.layout.name(),
+            "shape": s.case.shape,
+            "dtype": s.case.dtype.name(),
+            "eps": s.case.eps,
+            "input_elements": elements(&s.case),
+            "file": "case.json",
+        },
+        "runs": s.runs,
+        "verdict": s.result.verdict.name().to_lowercase(),
+        "worst_ratio": num(s.result.worst_ratio),
+        "k": s.result.k,
+        "outputs": outs,
+    }))
+}
+
+/// Write the output directory's files into `dir` (a staging directory): `case.json`,
+/// `<input>.npy`, `golden.json` (`bnconf-golden/1`: exact, f64, f32 and the case dtype),
+/// `kernel/<output>.npy` (what the kernel returned) and `shrink.json`.
+pub fn write_output(s: &Shrunk, dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| ConfError::io(dir, e))?;
+    let write_json = |path: &Path, v: &Value| {
+        let text = serde_json::to_string_pretty(v).expect("json") + "\n";
+        crate::formats::atomic::write_bytes(path, text.as_bytes())
+    };
+    write_json(
+        &dir.join("case.json"),
+        &case_file_json(&s.case, &s.original.id),
+    )?;
+    write_inputs(&s.case, dir)?;
+    let mut fmts = vec![FloatFormat::F64, FloatFormat::F32];
+    if !fmts.contains(&s.case.dtype) {
+        fmts.push(s.case.dtype);
+    }
+    let g = golden::compute(s.case.to_case())?;
+    write_json(&dir.join("golden.json"), &golden::golden_json(&g, &fmts))?;
+    let kd = dir.join("kernel");
+    std::fs::create_dir_all(&kd).map_err(|e| ConfError::io(&kd, e))?;
+    if let Some(computed) = &s.result.computed {
+        for (name, v) in computed.iter() {
+            let f = s.case.dtype_of(name);
+            write_npy(
+                &kd.join(format!("{name}.npy")),
+                &tensor_shape(&s.case, name),
+                &npy_of(f, v),
+            )?;
+        }
+    }
+    write_json(&dir.join("shrink.json"), &report_json(s)?)
+}
+
+/// The printed summary: sizes, the failure kept, and per failing output its worst element
+/// (exact, correctly rounded, the kernel's value, the ratio against k).
+pub fn summary(s: &Shrunk) -> String {
+    use std::fmt::Write;
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "bnconf shrink: {} {:?} ({} input elements, worst ratio {}) -> {:?} ({} input elements) in {} kernel runs",
+        s.original.id,
+        s.original.shape,
+        elements(&s.original),
+        crate::report::fmt_ratio(s.original_result.worst_ratio),
+        s.case.shape,
+        elements(&s.case),
+        s.runs
+    );
+    let _ = writeln!(
+        t,
+        "kept: `{}` over budget{}",
+        s.signature.output,
+        match &s.signature.kernel {
+            Some(k) => format!(", behaves like {k}"),
+            None => String::new(),
+        }
+    );
+    for o in s.result.outputs.iter().filter(|o| o.n_over > 0) {
+        let f = s.case.dtype_of(&o.name);
+        let exact = crate::judge::check::Prepared::exact_at(&s.prepared, &o.name, o.index);
+        let _ = writeln!(
+            t,
+            "  {}[{}]: exact {} = {} ({}), kernel {} ({}), ratio {} > k = {:.2} ({} of {} elements over)",
+            o.name,
+            o.index,
+            o.expected,
+            bnconf_spec::exact::round::round(&exact, f).to_hex(),
+            f.name(),
+            hex_in(o.actual, f),
+            o.actual,
+            crate::report::fmt_ratio(o.worst_ratio),
+            s.result.k,
+            o.n_over,
+            o.len
+        );
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn case(layout: Layout, shape: &[usize]) -> SuiteCase {
+        let d = Dims::of(layout, shape);
+        let len: usize = shape.iter().product();
+        let mut inputs = BTreeMap::new();
+        inputs.insert("x".to_string(), (0..len).map(|i| i as f64).collect());
+        inputs.insert(
+            "gamma".to_string(),
+            (0..d.c).map(|c| c as f64 + 1.0).collect(),
+        );
+        inputs.insert("beta".to_string(), vec![0.0; d.c]);
+        SuiteCase {
+            id: "t".into(),
+            level: Level::Core,
+            class: "t".into(),
+            target: String::new(),
+            dtype: FloatFormat::F64,
+            param_dtype: FloatFormat::F64,
+            op: Op::Forward,
+            layout,
+            shape: shape.to_vec(),
+            eps: "1e-5".into(),
+            momentum: None,
+            convention: None,
+            inputs,
+            shard_sizes: vec![],
+        }
+    }
+
+    const LAYOUTS: [(Layout, &[usize]); 5] = [
+        (Layout::Rows, &[3, 5]),
+        (Layout::Flat, &[3, 5]),
+        (Layout::Chw, &[3, 2, 4]),
+        (Layout::Nchw, &[2, 3, 2, 4]),
+        (Layout::Nhwc, &[2, 2, 4, 3]),
+    ];
+
+    /// `position` inverts `index`, and the channel of each element is the layout's.
+    #[test]
+    fn index_and_position_agree_with_the_layout() {
+        for (layout, shape) in LAYOUTS {
+            let d = Dims::of(layout, shape);
+            assert_eq!(d.shape(layout), shape);
+            let g = Geometry::new(layout, shape, usize::MAX).unwrap();
+            for c in 0..g.c {
+                for k in 0..g.m {
+                    let i = g.offset(c, k);
+                    let (n, c2, h, w) = d.position(layout, i);
+                    assert_eq!(c2, c, "{layout:?} {i}");
+                    assert_eq!(d.index(layout, n, c2, h, w), i);
+                }
+            }
+        }
+    }
+
+    /// Keeping everything is the identity; keeping one channel keeps its cells and its
+    /// per-channel values, in order.
+    #[test]
+    fn select_keeps_the_chosen_cells() {
+        for (layout, shape) in LAYOUTS {
+            let c0 = case(layout, shape);
+            let d = Dims::of(layout, shape);
+            assert_eq!(select(&c0, &Selection::all(d)).unwrap(), c0);
+            let one = select(
+                &c0,
+                &Selection {
+                    c: vec![1],
+                    ..Selection::all(d)
+                },
+            )
+            .unwrap();
+            let g = Geometry::new(layout, shape, usize::MAX).unwrap();
+            let want: Vec<f64> = (0..g.m).map(|k| c0.inputs["x"][g.offset(1, k)]).collect();
+            let g1 = Geometry::new(layout, &one.shape, usize::MAX).unwrap();
+            let got: Vec<f64> = (0..g1.m)
+                .map(|k| one.inputs["x"][g1.offset(0, k)])
+                .collect();
+            assert_eq!(got, want, "{layout:?}");
+            assert_eq!(one.inputs["gamma"], vec![2.0]);
+            let empty = Selection {
+                c: vec![],
+                ..Selection::all(d)
+            };
+            assert!(select(&c0, &empty).is_none());
+        }
+    }
+
+    #[test]
+    fn grid_rounding() {
+        assert_eq!(to_grid(25045.37, 0, FloatFormat::F32), 25045.0);
+        assert_eq!(to_grid(0.3, 2, FloatFormat::F64), 0.25);
+        let z = to_grid(-0.1, 0, FloatFormat::F64);
+        assert!(z == 0.0 && z.is_sign_positive(), "{z}");
+        // rounded to the dtype after the grid: 2^24 + 1 is not an f32
+        assert_eq!(to_grid(16777217.0, 0, FloatFormat::F32), 16777216.0);
+    }
+}

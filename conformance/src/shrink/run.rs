@@ -1,0 +1,317 @@
+//! The search of `bnconf shrink` with an outside kernel (`--exec CMD`, run as `check --exec`
+//! runs it: protocol/exec.rs). Greedy and deterministic: the moves are tried in a fixed order,
+//! the first candidate that still fails the same way is kept, and passes repeat until none
+//! helps or `--max-runs` is spent. The same kernel gives the same shrunk case, byte for byte.
+//!
+//! Moves, in order, each pass:
+//! 1. channels: keep one channel (the worst element's first, then 0, 1, …); else drop one;
+//! 2. cells: along `n`, `h`, `w`, drop chunks of indices (halves, quarters, … single ones);
+//! 3. values, per input: the neutral value for the whole array (`gamma` 1, `beta` 0,
+//!    `running_mean` 0, `running_var` 1), then every value rounded to a multiple of `2^-k`,
+//!    coarsest `k` first ([`super::GRID_EXPONENTS`]).
+//!
+//! A candidate is only judged when the op is defined there and it is not ill-posed
+//! ([`super::valid`]).
+
+use super::{select, valid, Dims, Selection, Shrunk, Signature};
+use crate::error::{ConfError, Result};
+use crate::judge::check::{self, CaseResult, Prepared};
+use crate::protocol::exec::{self, ExecOptions, Outcome, WorkDir};
+use crate::suite::SuiteCase;
+use bnconf_spec::op::Extent;
+use bnconf_spec::Op;
+
+/// How a search ended.
+#[derive(Debug)]
+pub enum Ended {
+    /// A smaller (or equal) case that fails the same way.
+    Shrunk(Box<Shrunk>),
+    /// The kernel does not fail the original case: its verdict and worst ratio.
+    DoesNotFail(String),
+    /// bnconf got this signal while the kernel ran.
+    Interrupted(i32),
+}
+
+/// One kernel run on a candidate: its prepared goldens and the verdict, or why it was not
+/// judged (timed out: treated as not reproducing).
+enum Run {
+    Judged(Box<Prepared>, CaseResult),
+    TimedOut,
+    Interrupted(i32),
+}
+
+/// Why a search stopped early.
+enum Stop {
+    Error(ConfError),
+    Signal(i32),
+}
+
+impl From<ConfError> for Stop {
+    fn from(e: ConfError) -> Stop {
+        Stop::Error(e)
+    }
+}
+
+struct Search<'a> {
+    opts: &'a ExecOptions,
+    max_runs: usize,
+    runs: usize,
+    signature: Option<Signature>,
+    quiet: bool,
+}
+
+impl Search<'_> {
+    fn run(&mut self, case: &SuiteCase) -> Result<Run> {
+        self.runs += 1;
+        let prepared = check::prepare(std::slice::from_ref(case))?
+            .pop()
+            .expect("one case");
+        let work = WorkDir::temporary()?;
+        super::write_protocol_dir(case, work.path())?;
+        let outcome = exec::run(self.opts, work.path())?;
+        match outcome {
+            Outcome::Interrupted(sig) => return Ok(Run::Interrupted(sig)),
+            Outcome::TimedOut(_) => return Ok(Run::TimedOut),
+            Outcome::Exited(_) => {}
+        }
+        let r = crate::protocol::read_outputs(work.path(), &prepared);
+        Ok(Run::Judged(Box::new(prepared), r))
+    }
+
+    /// Try a candidate: `Some((prepared, result))` when it fails the same way.
+    fn attempt(
+        &mut self,
+        case: &SuiteCase,
+    ) -> std::result::Result<Option<(Prepared, CaseResult)>, Stop> {
+        if self.runs > self.max_runs || !valid(case) {
+            return Ok(None);
+        }
+        match self.run(case)? {
+            Run::Interrupted(sig) => Err(Stop::Signal(sig)),
+            Run::TimedOut => Ok(None),
+            Run::Judged(p, r) => {
+                let sig = self.signature.as_ref().expect("set from the original");
+                if sig.matches(&p, &r) {
+                    if !self.quiet {
+                        eprintln!(
+                            "bnconf shrink: run {}: {:?}, {} input elements: still fails ({})",
+                            self.runs,
+                            case.shape,
+                            case.inputs.values().map(Vec::len).sum::<usize>(),
+                            crate::report::fmt_ratio(r.worst_ratio)
+                        );
+                    }
+                    Ok(Some((*p, r)))
+                } else {
+                    Ok(None)
+                }
+            }
+        }
+    }
+}
+
+/// The channel of output element `index` of `name` in `case`.
+fn channel_of(case: &SuiteCase, name: &str, index: usize) -> usize {
+    let d = Dims::of(case.layout, &case.shape);
+    match Op::extent(name) {
+        Extent::Cells => d.position(case.layout, index).1,
+        Extent::Channel => index,
+        Extent::Shards => 0,
+    }
+}
+
+/// Shrink `original` against the kernel `opts` (at most `max_runs` runs after the original).
+pub fn shrink(
+    original: &SuiteCase,
+    opts: &ExecOptions,
+    max_runs: usize,
+    quiet: bool,
+) -> Result<Ended> {
+    let mut s = Search {
+        opts,
+        max_runs,
+        runs: 0,
+        signature: None,
+        quiet,
+    };
+    let (p0, r0) = match s.run(original)? {
+        Run::Interrupted(sig) => return Ok(Ended::Interrupted(sig)),
+        Run::TimedOut => {
+            return Err(ConfError::field(
+                "--timeout",
+                format!(
+                    "the kernel timed out after {} on the original case {}",
+                    exec::seconds(opts.timeout),
+                    original.id
+                ),
+            ))
+        }
+        Run::Judged(p, r) => (p, r),
+    };
+    let Some(sig) = Signature::of(&p0, &r0) else {
+        let why = match &r0.verdict {
+            check::Verdict::Pass => format!(
+                "it conforms (worst ratio {} <= k = {:.2})",
+                crate::report::fmt_ratio(r0.worst_ratio),
+                r0.k
+            ),
+            check::Verdict::Unsupported(w) => format!("the kernel reports it unsupported: {w}"),
+            check::Verdict::Malformed(w) => {
+                format!("the kernel's outputs are missing or malformed: {w}")
+            }
+            check::Verdict::Fail => unreachable!("a failing result has a signature"),
+        };
+        return Ok(Ended::DoesNotFail(why));
+    };
+    s.signature = Some(sig.clone());
+    let worst_channel = r0
+        .outputs
+        .iter()
+        .find(|o| o.name == sig.output)
+        .map(|o| channel_of(original, &o.name, o.index))
+        .unwrap_or(0);
+    let mut cur = original.clone();
+    let mut best = (*p0, r0.clone());
+    let mut first_channel = Some(worst_channel);
+    let result = (|| -> std::result::Result<(), Stop> {
+        for _pass in 0..4 {
+            let before = cur.clone();
+            // 1. channels
+            loop {
+                let d = Dims::of(cur.layout, &cur.shape);
+                if d.c <= 1 {
+                    break;
+                }
+                let all = Selection::all(d);
+                let first: Option<usize> = first_channel.take().filter(|&c| c < d.c);
+                let order: Vec<usize> = first
+                    .into_iter()
+                    .chain((0..d.c).filter(|&c| Some(c) != first))
+                    .collect();
+                let mut done = false;
+                for &c in &order {
+                    let sel = Selection {
+                        c: vec![c],
+                        ..all.clone()
+                    };
+                    if let Some(cand) = select(&cur, &sel) {
+                        if let Some(pr) = s.attempt(&cand)? {
+                            (cur, best, done) = (cand, pr, true);
+                            break;
+                        }
+                    }
+                }
+                if done {
+                    break;
+                }
+                let mut dropped = false;
+                for c in 0..d.c {
+                    let sel = Selection {
+                        c: (0..d.c).filter(|&k| k != c).collect(),
+                        ..all.clone()
+                    };
+                    if let Some(cand) = select(&cur, &sel) {
+                        if let Some(pr) = s.attempt(&cand)? {
+                            (cur, best, dropped) = (cand, pr, true);
+                            break;
+                        }
+                    }
+                }
+                if !dropped {
+                    break;
+                }
+            }
+            // 2. cells, axis by axis: drop chunks, largest first.
+            for axis in 0..3 {
+                let len = |c: &SuiteCase| {
+                    let d = Dims::of(c.layout, &c.shape);
+                    [d.n, d.h, d.w][axis]
+                };
+                let mut chunk = len(&cur) / 2;
+                while chunk >= 1 {
+                    let mut start = 0;
+                    while start < len(&cur) && len(&cur) > 1 {
+                        let d = Dims::of(cur.layout, &cur.shape);
+                        let mut sel = Selection::all(d);
+                        let v = match axis {
+                            0 => &mut sel.n,
+                            1 => &mut sel.h,
+                            _ => &mut sel.w,
+                        };
+                        let end = (start + chunk).min(v.len());
+                        v.drain(start..end);
+                        let reproduced = match select(&cur, &sel) {
+                            Some(cand) => s.attempt(&cand)?.map(|pr| (cand, pr)),
+                            None => None,
+                        };
+                        match reproduced {
+                            Some((cand, pr)) => (cur, best) = (cand, pr),
+                            None => start += chunk,
+                        }
+                    }
+                    chunk = (chunk.min(len(&cur))) / 2;
+                }
+            }
+            // 3. values
+            let names: Vec<&'static str> = cur.op.inputs().to_vec();
+            for name in names {
+                let f = cur.dtype_of(name);
+                if let Some(v) = super::neutral_value(name) {
+                    let mut cand = cur.clone();
+                    let arr = cand.inputs.get_mut(name).expect("input present");
+                    if arr.iter().any(|&x| x != v) {
+                        arr.iter_mut().for_each(|x| *x = v);
+                        if let Some(pr) = s.attempt(&cand)? {
+                            (cur, best) = (cand, pr);
+                            continue;
+                        }
+                    }
+                }
+                for &k in &super::GRID_EXPONENTS {
+                    let mut cand = cur.clone();
+                    let arr = cand.inputs.get_mut(name).expect("input present");
+                    let rounded: Vec<f64> = arr.iter().map(|&x| super::to_grid(x, k, f)).collect();
+                    if rounded == *arr {
+                        break; // already this simple: finer grids change nothing either
+                    }
+                    *arr = rounded;
+                    if let Some(pr) = s.attempt(&cand)? {
+                        (cur, best) = (cand, pr);
+                        break;
+                    }
+                }
+            }
+            if cur == before || s.runs > s.max_runs {
+                break;
+            }
+        }
+        Ok(())
+    })();
+    match result {
+        Ok(()) => {}
+        Err(Stop::Signal(sig)) => return Ok(Ended::Interrupted(sig)),
+        Err(Stop::Error(e)) => return Err(e),
+    }
+    // The kept case under its new id: judged once more so that the result names it.
+    let mut case = cur;
+    case.id = format!("{}.shrunk", original.id);
+    let (p_old, r_old) = best;
+    let prepared = Prepared {
+        case: case.clone(),
+        ..p_old
+    };
+    let result = CaseResult {
+        id: case.id.clone(),
+        ..r_old
+    };
+    Ok(Ended::Shrunk(Box::new(Shrunk {
+        original: original.clone(),
+        original_result: r0,
+        case,
+        prepared,
+        result,
+        signature: sig,
+        runs: s.runs,
+        command: opts.cmd.clone(),
+    })))
+}

@@ -1,0 +1,148 @@
+//! The engine findings of docs/FINDINGS.md still reproduce, from the committed files alone (no
+//! engine needed): for every `findings/<engine>-<slug>/`, the shrunk case (`case.json` + npy)
+//! read as a case file, its exact outputs recomputed by bnconf equal to the ones recorded in
+//! `shrink.json` and `golden.json` (exact strings and correct roundings), and the engine's
+//! committed output (`kernel/<output>.npy`) judged as failing: ratio over k, on the output
+//! the finding names, with the ratio recorded.
+
+use bnconf::formats::case::InputLimits;
+use bnconf::formats::golden;
+use bnconf::formats::npy::read_npy_any;
+use bnconf::judge::check::{self, Verdict};
+use bnconf::protocol::values_of;
+use bnconf_spec::exact::round::FloatFormat;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../findings")
+}
+
+fn json(p: &Path) -> Value {
+    let t = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&t).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+fn finding_dirs() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(root())
+        .expect("findings/ is committed")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    v.sort();
+    v
+}
+
+/// The findings docs/FINDINGS.md reports, each with its committed directory.
+#[test]
+fn every_listed_finding_has_its_files() {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/FINDINGS.md"))
+            .expect("docs/FINDINGS.md");
+    let dirs = finding_dirs();
+    assert!(dirs.len() >= 5, "{dirs:?}");
+    for d in &dirs {
+        let name = d.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            doc.contains(&format!("findings/{name}/")),
+            "FINDINGS.md does not link {name}"
+        );
+        for f in [
+            "case.json",
+            "golden.json",
+            "shrink.json",
+            "repro.py",
+            "repro.txt",
+        ] {
+            let alt = if f == "repro.py" {
+                d.join("repro.rs").is_file() || d.join("repro/src/main.rs").is_file()
+            } else {
+                false
+            };
+            assert!(d.join(f).is_file() || alt, "{name}: {f} missing");
+        }
+    }
+}
+
+#[test]
+fn every_finding_still_reproduces() {
+    for d in finding_dirs() {
+        let name = d.file_name().unwrap().to_string_lossy().into_owned();
+        let s = json(&d.join("shrink.json"));
+        let case = bnconf::shrink::case_from_file(&d.join("case.json"), &InputLimits::default())
+            .unwrap_or_else(|e| panic!("{name}: case.json: {e}"));
+        assert_eq!(s["case"]["id"], case.id.as_str(), "{name}");
+
+        // The exact expectations, recomputed.
+        let g = golden::compute(case.to_case()).unwrap();
+        let gold = json(&d.join("golden.json"));
+        for &out in case.op.outputs() {
+            let exact: Vec<String> = g.outputs[out].iter().map(|v| v.to_string()).collect();
+            let rec = s["outputs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|o| o["name"] == out)
+                .unwrap_or_else(|| panic!("{name}: shrink.json has no output {out}"));
+            assert_eq!(
+                rec["exact"],
+                serde_json::json!(exact),
+                "{name}: {out} exact"
+            );
+            assert_eq!(
+                gold["outputs"][out]["exact"],
+                serde_json::json!(exact),
+                "{name}: {out}"
+            );
+            let f = case.dtype_of(out);
+            assert_eq!(
+                rec["expected"],
+                serde_json::json!(golden::rounded_hex(&g.outputs[out], f)),
+                "{name}: {out} rounded to {}",
+                f.name()
+            );
+            assert_eq!(
+                gold["outputs"][out]["f64"],
+                serde_json::json!(golden::rounded_hex(&g.outputs[out], FloatFormat::F64)),
+                "{name}: {out} f64"
+            );
+        }
+
+        // The engine's committed output, judged.
+        let p = check::prepare(std::slice::from_ref(&case))
+            .unwrap()
+            .remove(0);
+        let mut computed = BTreeMap::new();
+        for &out in case.op.outputs() {
+            let path = d.join("kernel").join(format!("{out}.npy"));
+            let (_, data) = read_npy_any(&path, 1 << 20).unwrap_or_else(|e| panic!("{name}: {e}"));
+            computed.insert(
+                out.to_string(),
+                values_of(case.dtype_of(out), &data).unwrap(),
+            );
+        }
+        let r = p.judge(&computed);
+        assert_eq!(
+            r.verdict,
+            Verdict::Fail,
+            "{name}: the engine's output conforms now"
+        );
+        let failing = s["failure"]["output"].as_str().unwrap();
+        let o = r.outputs.iter().find(|o| o.name == failing).unwrap();
+        assert!(
+            o.n_over > 0 && (o.worst_ratio > r.k || o.worst_ratio.is_nan()),
+            "{name}: {failing} within k"
+        );
+        let rec = &s["worst_ratio"];
+        match rec.as_f64() {
+            Some(w) => assert!(
+                (r.worst_ratio - w).abs() <= 1e-9 * w,
+                "{name}: ratio {} vs {w}",
+                r.worst_ratio
+            ),
+            None => assert!(r.worst_ratio.is_infinite(), "{name}: recorded {rec}"),
+        }
+        assert_eq!(s["k"].as_f64().unwrap(), r.k, "{name}");
+    }
+}

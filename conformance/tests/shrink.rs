@@ -1,0 +1,264 @@
+//! `bnconf shrink` (docs/FORMAT.md, "Added in bnconf 0.3: shrink"): built-in kernels run
+//! through the kernel directory protocol (`bnconf kernel NAME DIR` as the --exec command).
+
+mod common;
+
+use bnconf::formats::case::InputLimits;
+use bnconf::judge::check::{self, Verdict};
+use common::{bnconf, scratch, stderr, text, BNCONF};
+use serde_json::Value;
+use std::path::Path;
+
+const CASE: &str = "forward.nchw.f32.large-mean-1e4";
+
+fn exec_of(kernel: &str) -> String {
+    format!("{BNCONF} kernel {kernel}")
+}
+
+fn shrink(case: &str, kernel: &str, out: &Path) -> std::process::Output {
+    bnconf(&[
+        "shrink",
+        "--suite",
+        "default",
+        "--dtype",
+        "f32",
+        "--case",
+        case,
+        "--exec",
+        &exec_of(kernel),
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ])
+}
+
+fn json(p: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+/// Every file under `dir`, relative path and bytes, sorted.
+fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p.strip_prefix(dir).unwrap().display().to_string();
+                out.push((rel, std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Shrinking the one-pass-variance kernel's failure on a large-mean case: a case of one
+/// channel and a few cells, still failing `var`, still diagnosed as bad-onepass-var (checked
+/// again here in process from the written case file), the large mean kept, the exact
+/// expectations those of `bnconf golden`, and the same bytes on a second run.
+#[test]
+fn shrinks_onepass_variance_deterministically() {
+    let root = scratch("shrink", "onepass");
+    let (a, b) = (root.join("a"), root.join("b"));
+    let o = shrink(CASE, "bad-onepass-var", &a);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let s = json(&a.join("shrink.json"));
+    assert_eq!(s["format"], "bnconf-shrink/1");
+    assert_eq!(s["failure"]["behaves_like"], "bad-onepass-var", "{s}");
+    assert_eq!(s["verdict"], "fail");
+    let before = s["original"]["input_elements"].as_u64().unwrap();
+    let after = s["case"]["input_elements"].as_u64().unwrap();
+    assert!(after * 4 <= before, "{after} of {before} elements");
+    let shape: Vec<u64> = s["case"]["shape"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_u64().unwrap())
+        .collect();
+    assert_eq!(shape[1], 1, "one channel: {shape:?}");
+    assert!(shape.iter().product::<u64>() <= 16, "{shape:?}");
+
+    // The case file stands alone: read back, judged in process, it fails the same way.
+    let case = bnconf::shrink::case_from_file(&a.join("case.json"), &InputLimits::default())
+        .expect("valid case file");
+    assert_eq!(
+        case.shape.iter().map(|&d| d as u64).collect::<Vec<_>>(),
+        shape
+    );
+    let x = &case.inputs["x"];
+    let mean = x.iter().sum::<f64>() / x.len() as f64;
+    assert!(mean.abs() > 1000.0, "the large mean is kept: {x:?}");
+    assert!(
+        x.iter()
+            .all(|v| v.fract() == 0.0 || (v * 1024.0).fract() == 0.0),
+        "values simplified to short binary fractions: {x:?}"
+    );
+    let p = check::prepare(std::slice::from_ref(&case))
+        .unwrap()
+        .remove(0);
+    let k = bnconf_impl::kernel_by_name("bad-onepass-var").unwrap();
+    let out = k.run(&case.to_kernel_case()).unwrap();
+    let r = p.judge(&out);
+    assert_eq!(r.verdict, Verdict::Fail);
+    let d = bnconf::report::diagnosis::diagnose(std::slice::from_ref(&p), &[r]);
+    assert_eq!(
+        d.first().map(|d| d.kernel.as_str()),
+        Some("bad-onepass-var")
+    );
+    let good = bnconf_impl::kernel_by_name("twopass-native").unwrap();
+    assert_eq!(
+        p.judge(&good.run(&case.to_kernel_case()).unwrap()).verdict,
+        Verdict::Pass
+    );
+
+    // What the kernel returned, as written, judges as shrink.json says.
+    let var = s["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["name"] == "var")
+        .unwrap()
+        .clone();
+    assert!(var["elements_over"].as_u64().unwrap() >= 1);
+    assert_eq!(
+        var["kernel"][0],
+        bnconf::shrink::hex_in(out["var"][0], bnconf_spec::exact::round::FloatFormat::F32)
+    );
+    // The exact expectations are those of `bnconf golden` on the written case file.
+    let g = bnconf(&["golden", a.join("case.json").to_str().unwrap()]);
+    assert_eq!(g.status.code(), Some(0), "{}", text(&g));
+    let gj: Value = serde_json::from_slice(&g.stdout).unwrap();
+    assert_eq!(gj["outputs"]["var"]["exact"], var["exact"]);
+    assert_eq!(gj["outputs"]["var"]["f32"], var["expected"]);
+    assert_eq!(
+        json(&a.join("golden.json"))["outputs"]["y"]["exact"],
+        gj["outputs"]["y"]["exact"]
+    );
+    for name in [
+        "x.npy",
+        "gamma.npy",
+        "beta.npy",
+        "kernel/y.npy",
+        "kernel/var.npy",
+    ] {
+        assert!(a.join(name).is_file(), "{name}");
+    }
+
+    // Deterministic: a second run writes the same bytes.
+    let o2 = shrink(CASE, "bad-onepass-var", &b);
+    assert_eq!(o2.status.code(), Some(0), "{}", text(&o2));
+    assert_eq!(files(&a), files(&b));
+}
+
+/// Another defect keeps its own diagnosis, and a case file is accepted as the original.
+#[test]
+fn shrinks_from_a_case_file_and_keeps_the_diagnosis() {
+    let root = scratch("shrink", "unbiased");
+    let first = root.join("first");
+    let o = shrink("forward.rows.f32.gaussian", "bad-unbiased-var", &first);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let s = json(&first.join("shrink.json"));
+    assert_eq!(s["failure"]["behaves_like"], "bad-unbiased-var", "{s}");
+    // Shrinking the written case again (as a case file) finds nothing smaller to drop.
+    let again = root.join("again");
+    let o = bnconf(&[
+        "shrink",
+        "--case-file",
+        first.join("case.json").to_str().unwrap(),
+        "--exec",
+        &exec_of("bad-unbiased-var"),
+        "--quiet",
+        "--out",
+        again.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let t = json(&again.join("shrink.json"));
+    assert_eq!(t["failure"]["behaves_like"], "bad-unbiased-var");
+    assert_eq!(t["case"]["shape"], s["case"]["shape"]);
+    assert_eq!(t["outputs"], s["outputs"]);
+}
+
+/// A kernel that conforms on the case: refused, exit 1, nothing written.
+#[test]
+fn a_good_kernels_case_is_refused() {
+    let root = scratch("shrink", "good");
+    let out = root.join("out");
+    let o = shrink(CASE, "twopass-native", &out);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(stderr(&o).contains("does not fail"), "{}", text(&o));
+    assert!(!out.exists() || std::fs::read_dir(&out).unwrap().next().is_none());
+}
+
+/// Bad arguments: exit 2, naming the field, nothing written.
+#[test]
+fn bad_arguments_exit_2_naming_the_field() {
+    let root = scratch("shrink", "args");
+    let out = root.join("out");
+    let o = out.to_str().unwrap();
+    let exec = exec_of("bad-onepass-var");
+    let nonempty = root.join("full");
+    std::fs::create_dir_all(&nonempty).unwrap();
+    std::fs::write(nonempty.join("keep"), b"x").unwrap();
+    let bad_case = root.join("bad.json");
+    std::fs::write(
+        &bad_case,
+        br#"{"format": "bnconf-case/1", "op": "forward", "layout": "rows", "shape": [1, 2],
+            "dtype": "f32", "eps": "1/100000",
+            "inputs": {"x": [1, 2], "gamma": [1], "beta": [0]}}"#,
+    )
+    .unwrap();
+    // Arguments as words; EXEC, OUT, FULL (a non-empty directory), BAD (a case file whose eps
+    // is not a decimal) and EMPTY stand for the values below.
+    let cases: [(&str, &str); 12] = [
+        ("--exec EXEC --out OUT", "--case"),
+        ("--case no.such.case --exec EXEC --out OUT", "--case"),
+        ("--case CASE --dtype f128 --exec EXEC --out OUT", "--dtype"),
+        (
+            "--case CASE --dtype bf16+f32 --exec EXEC --out OUT",
+            "--dtype",
+        ),
+        ("--case CASE --suite nope --exec EXEC --out OUT", "--suite"),
+        ("--case CASE --exec EMPTY --out OUT", "--exec"),
+        ("--case CASE --exec a'b --out OUT", "--exec"),
+        ("--case CASE --exec EXEC --out FULL", "--out"),
+        (
+            "--case CASE --case-file BAD --exec EXEC --out OUT",
+            "--case",
+        ),
+        ("--case-file BAD --exec EXEC --out OUT", "eps"),
+        ("--case CASE --out OUT", "--exec"),
+        ("--case CASE --exec EXEC --out OUT --timeout 0", "--timeout"),
+    ];
+    let (full, bad) = (nonempty.to_str().unwrap(), bad_case.to_str().unwrap());
+    let cases = cases.map(|(words, field)| {
+        let args: Vec<&str> = words
+            .split(' ')
+            .map(|w| match w {
+                "EXEC" => exec.as_str(),
+                "OUT" => o,
+                "FULL" => full,
+                "BAD" => bad,
+                "CASE" => CASE,
+                "EMPTY" => "",
+                other => other,
+            })
+            .collect();
+        (args, field)
+    });
+    for (args, field) in cases {
+        let mut all = vec!["shrink"];
+        all.extend(args.iter().copied());
+        let r = bnconf(&all);
+        assert_eq!(r.status.code(), Some(2), "{args:?}: {}", text(&r));
+        assert!(
+            stderr(&r).contains(field),
+            "{args:?} should name {field}: {}",
+            text(&r)
+        );
+        assert!(!out.exists(), "{args:?} wrote {}", out.display());
+    }
+    assert_eq!(std::fs::read(nonempty.join("keep")).unwrap(), b"x");
+}
