@@ -21,7 +21,9 @@ replicated) are left out of that table and make a second one, between
 one column per kind of split (equal shards, unequal shards, one empty rank; the case id's
 last part, e.g. `r3-empty`), every level together.  --check and --write handle both blocks
 of FILE; a file with replicated reports to show must have the second block.
-`python adapters/table.py --replicated` prints that table."""
+`python adapters/table.py --replicated` prints that table.  `exported_*.json` (the StableHLO
+export harness's own summaries, adapters/stablehlo/run_exported.py) are not bnconf reports and
+are skipped."""
 
 import argparse
 import difflib
@@ -41,6 +43,8 @@ REND = "<!-- adapters-replicated-table:end -->"
 SPLITS = ["equal", "unequal", "empty"]
 SPLIT_HEAD = {"equal": "equal shards", "unequal": "unequal shards", "empty": "one empty rank"}
 REPL = "-replicated-"
+# adapters/stablehlo/run_exported.py's summaries (exported_*.json) are not bnconf reports
+EXPORTED = "exported_"
 
 
 def ratio(v):
@@ -126,7 +130,8 @@ def render_replicated(d):
 
 
 def render(d):
-    files = sorted(f for f in glob.glob(os.path.join(d, "*.json")) if REPL not in os.path.basename(f))
+    files = sorted(f for f in glob.glob(os.path.join(d, "*.json"))
+                   if REPL not in os.path.basename(f) and not os.path.basename(f).startswith(EXPORTED))
     if not files:
         sys.exit(f"table.py: no reports in {d} (run bash adapters/run_all.sh)")
     levels = set()
