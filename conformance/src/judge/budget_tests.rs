@@ -681,3 +681,69 @@ fn tightness_report() {
         );
     }
 }
+
+#[test]
+fn auto_method_is_exact_only_for_small_channels_and_cases() {
+    let problem = |c: usize, m: usize| {
+        let geom =
+            bnconf_spec::Geometry::new(bnconf_spec::Layout::Rows, &[c, m], usize::MAX).unwrap();
+        let mut inputs = BTreeMap::new();
+        inputs.insert("x".to_string(), vec![QSqrt::int(0); c * m]);
+        inputs.insert("gamma".to_string(), vec![QSqrt::int(1); c]);
+        inputs.insert("beta".to_string(), vec![QSqrt::int(0); c]);
+        Problem::new(Op::Forward, geom, rat(1.0), inputs).unwrap()
+    };
+    // Exact needs both: channels of at most EXACT_MAX_M cells and at most EXACT_MAX_LEN
+    // elements in all (the O(m^2) Jacobian per channel, over every channel).
+    assert_eq!(auto_method(&problem(1, 1)), Method::Exact);
+    assert_eq!(auto_method(&problem(6, EXACT_MAX_M)), Method::Exact); // 96 elements
+    assert_eq!(auto_method(&problem(1, EXACT_MAX_M + 1)), Method::Bound);
+    assert_eq!(auto_method(&problem(7, EXACT_MAX_M)), Method::Bound); // 112 elements
+    assert_eq!(auto_method(&problem(EXACT_MAX_LEN, 1)), Method::Exact);
+    assert_eq!(auto_method(&problem(EXACT_MAX_LEN + 1, 1)), Method::Bound);
+}
+
+#[test]
+fn budgets_have_one_budget_per_output_element() {
+    let geom = bnconf_spec::Geometry::new(bnconf_spec::Layout::Rows, &[2, 3], usize::MAX).unwrap();
+    let q = |v: &[f64]| v.iter().map(|&x| qs(x)).collect::<Vec<_>>();
+    let mut inputs = BTreeMap::new();
+    inputs.insert("x".to_string(), q(&[1.0, 2.0, 4.0, -1.0, 0.5, 3.0]));
+    inputs.insert("gamma".to_string(), q(&[1.0, -2.0]));
+    inputs.insert("beta".to_string(), q(&[0.0, 0.25]));
+    let p = Problem::new(Op::Forward, geom, rat(1.0 / 1024.0), inputs).unwrap();
+    for method in [Method::Exact, Method::Bound] {
+        let b = budgets(&p, method).unwrap();
+        let names: Vec<&str> = b.keys().copied().collect();
+        assert_eq!(names, ["mean", "var", "y"], "{method:?}");
+        assert_eq!((b["y"].len(), b["mean"].len(), b["var"].len()), (6, 2, 2));
+        for e in b.values().flatten() {
+            assert!(
+                e.cond.is_finite() && e.cond > 0.0 && e.mag > 0.0,
+                "{method:?}: {e:?}"
+            );
+        }
+    }
+    assert_eq!(
+        budgets_auto(&p).unwrap(),
+        budgets(&p, Method::Exact).unwrap()
+    );
+}
+
+#[test]
+fn exact_inputs_become_enclosures_tight_down_to_the_subnormal_range() {
+    // iv_of: an exact value that is no f64 is enclosed (1/3: fl(1/3) is off by 2^-56).
+    let third = Rational::new(1.into(), 3.into());
+    let iv = iv_of(&QSqrt::rational(third.clone()));
+    assert!(encloses(iv, &third), "{iv:?}");
+    // iv_of_f64 is the same enclosure as iv_of of the same float, at 0 and subnormals too.
+    for f in [0.0, -0.0, f64::from_bits(1), 1e-310, -3.5, 1e300, 1.0 / 3.0] {
+        let (a, b) = (iv_of_f64(f), iv_of(&qs(f)));
+        assert_eq!((a.v, a.e), (b.v, b.e), "{f:e}");
+        assert!(a.e > 0.0 && encloses(a, &rat(f)), "{f:e}: {a:?}");
+    }
+    // The absolute slack per operation (TINY) stays far below the subnormal range: an
+    // enclosure of 1e-300 is still relatively tight after an operation.
+    let r = Iv { v: 1e-300, e: 0.0 }.mul(Iv { v: 1.0, e: 0.0 });
+    assert!(r.e < 1e-300 * 1e-12, "{r:?}");
+}
