@@ -31,6 +31,8 @@
 pub mod error;
 pub mod fast;
 pub mod formats;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod judge;
 pub mod par;
 pub mod peers;

@@ -671,3 +671,44 @@ fn our_writer_and_a_numpy_header_agree() {
     );
     assert_eq!(h, numpy);
 }
+
+// --- verify and onnx read regular files only ------------------------------------------------
+
+#[test]
+fn fifo_as_vector_manifest_or_vector_file_is_refused() {
+    let d = scratch("verify-fifo");
+    mkfifo(&d.join("manifest.json"));
+    exits_naming(&bnconf(&["verify", s(&d)]), 2, &["manifest.json", "FIFO"]);
+    // A listed file that is a FIFO: that file is a mismatch, never a blocked read.
+    std::fs::remove_file(d.join("manifest.json")).unwrap();
+    let manifest = json!({"format": "bnconf-vectors/1", "files": [
+        {"path": "a.json", "sha256": "00"}]});
+    std::fs::write(d.join("manifest.json"), manifest.to_string()).unwrap();
+    mkfifo(&d.join("a.json"));
+    exits_naming(&bnconf(&["verify", s(&d)]), 1, &["a.json", "FIFO"]);
+}
+
+#[test]
+fn fifo_in_an_onnx_test_directory_is_refused() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/onnx/node/test_batchnorm_example");
+    for victim in ["test_data_set_0/input_0.pb", "model.onnx"] {
+        let d = scratch("onnx-fifo").join("test_batchnorm_example");
+        std::fs::create_dir_all(d.join("test_data_set_0")).unwrap();
+        for f in listing(&src).into_iter().filter(|f| src.join(f).is_file()) {
+            std::fs::copy(src.join(&f), d.join(&f)).unwrap();
+        }
+        std::fs::remove_file(d.join(victim)).unwrap();
+        mkfifo(&d.join(victim));
+        let file = Path::new(victim).file_name().unwrap().to_str().unwrap();
+        exits_naming(&bnconf(&["onnx", s(&d)]), 2, &[file, "FIFO"]);
+    }
+}
+
+/// `r` exited with `code`, its output (stdout and stderr) naming every needle.
+fn exits_naming(r: &Run, code: i32, needles: &[&str]) {
+    let all = format!("{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Some(code), "{all}");
+    for n in needles {
+        assert!(all.contains(n), "{n:?} not in: {all}");
+    }
+}

@@ -1,21 +1,7 @@
-//! npy files: arbitrary bytes → `read_npy_bytes` (the same reader as `read_npy`, without the
-//! file) → exact values in f32. Header lengths, shapes and element counts come from the
-//! input and must be checked before anything is allocated.
+//! `npy_reader`: the body is `bnconf::fuzzing::npy_reader` (shared with the corpus replay of
+//! conformance/tests/fuzz_corpus.rs); see docs/FUZZ.md.
 #![no_main]
 
-use bnconf::formats::case::{npy_to_exact, Dtype};
-use bnconf::formats::npy::read_npy_bytes;
 use libfuzzer_sys::fuzz_target;
-use bnconf_spec::exact::round::FloatFormat;
 
-fuzz_target!(|data: &[u8]| {
-    let Ok((shape, d)) = read_npy_bytes(data, 1 << 16) else {
-        return;
-    };
-    let n = shape
-        .iter()
-        .try_fold(1usize, |a, &b| a.checked_mul(b))
-        .expect("element count checked by the reader");
-    assert_eq!(n, d.len(), "shape {shape:?} vs {} elements", d.len());
-    let _ = npy_to_exact("x", &d, Dtype::Float(FloatFormat::F32));
-});
+fuzz_target!(|data: &[u8]| bnconf::fuzzing::npy_reader(data));

@@ -894,3 +894,7 @@ fn bound_sync_stats(inp: &ChannelIn<QSqrt>) -> Vec<Vec<ElementBudget>> {
         vec![eb(var_cond, s_m2 + s_mu2 + 2.0 * s_mu * s_mu + s_mu * s_mu)],
     ]
 }
+
+#[cfg(test)]
+#[path = "budget_tests.rs"]
+mod tests;

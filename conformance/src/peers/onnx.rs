@@ -84,6 +84,9 @@ pub static BUILTIN: &[(&str, &[u8])] = embed! {
 /// The directory the paths of [`BUILTIN`] hang from in [`OnnxTest::dir`] and error messages.
 pub const BUILTIN_ROOT: &str = "<built-in conformance/data/onnx>";
 
+/// Largest `model.onnx` or `.pb` file read from disk (the ONNX test data's are a few KB).
+pub const MAX_ONNX_FILE_BYTES: u64 = 256 << 20;
+
 /// Where a test's files are read from.
 #[derive(Clone, Copy, Debug)]
 enum Source {
@@ -108,7 +111,10 @@ impl Source {
 
     fn read(self, path: &Path) -> Result<Vec<u8>> {
         match self {
-            Source::Disk => std::fs::read(path).map_err(|e| ConfError::io(path, e)),
+            // Regular files only, size-limited (docs/HOSTILE.md): a FIFO used to hang here.
+            Source::Disk => {
+                crate::formats::fsafe::read_regular(path, MAX_ONNX_FILE_BYTES, "ONNX file")
+            }
             Source::Builtin => Source::builtin(path)
                 .map(<[u8]>::to_vec)
                 .ok_or_else(|| ConfError::io(path, "not in the built-in ONNX data")),
@@ -460,7 +466,11 @@ fn load(src: Source, dir: &Path) -> Result<OnnxTest> {
 /// Every test directory under `root` (a directory holding `model.onnx` and
 /// `test_data_set_0`, at any depth), sorted by path; `root` itself if it is one.
 pub fn find_tests(root: &Path) -> Result<Vec<PathBuf>> {
-    let is_test = |d: &Path| d.join("model.onnx").is_file() && d.join("test_data_set_0").is_dir();
+    // `model.onnx` present at all (a FIFO or device there is then refused by the read, not
+    // skipped as "no test here").
+    let is_test = |d: &Path| {
+        d.join("model.onnx").symlink_metadata().is_ok() && d.join("test_data_set_0").is_dir()
+    };
     if is_test(root) {
         return Ok(vec![root.to_path_buf()]);
     }

@@ -123,7 +123,9 @@ pub fn parse(text: &str, path: &str) -> Result<Expectations> {
 
 /// Read an expectations file.
 pub fn read(path: &Path) -> Result<Expectations> {
-    let text = std::fs::read_to_string(path).map_err(|e| ConfError::io(path, e))?;
+    // Regular files only (a FIFO would block): docs/HOSTILE.md.
+    let text =
+        crate::formats::fsafe::read_regular_string(path, crate::protocol::MAX_META_BYTES, "")?;
     parse(&text, &path.display().to_string())
 }
 

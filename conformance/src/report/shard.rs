@@ -85,7 +85,7 @@ pub fn from_manifest(m: &serde_json::Value) -> Result<Option<Shard>, crate::erro
 pub fn from_manifest_dir(dir: &std::path::Path) -> Result<Option<Shard>, crate::error::ConfError> {
     let mpath = dir.join("manifest.json");
     let text =
-        std::fs::read_to_string(&mpath).map_err(|e| crate::error::ConfError::io(&mpath, e))?;
+        crate::formats::fsafe::read_regular_string(&mpath, crate::protocol::MAX_META_BYTES, "")?;
     let m: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| crate::error::ConfError::Json {
             path: mpath.display().to_string(),
@@ -102,7 +102,7 @@ pub fn record_in_manifest(
 ) -> Result<(), crate::error::ConfError> {
     let mpath = dir.join("manifest.json");
     let text =
-        std::fs::read_to_string(&mpath).map_err(|e| crate::error::ConfError::io(&mpath, e))?;
+        crate::formats::fsafe::read_regular_string(&mpath, crate::protocol::MAX_META_BYTES, "")?;
     let mut m: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| crate::error::ConfError::Json {
             path: mpath.display().to_string(),

@@ -8,6 +8,7 @@
 
 use crate::error::{ConfError, Result};
 use crate::formats::case::{parse_case, InputLimits};
+use crate::formats::fsafe::read_regular;
 use crate::formats::golden;
 use crate::par::*;
 use crate::suite;
@@ -34,6 +35,8 @@ pub const FORMATS: [FloatFormat; 2] = [FloatFormat::F64, FloatFormat::F32];
 pub const MAX_ELEMS: Option<usize> = None;
 /// Most mismatches printed per file.
 const MAX_PER_FILE: usize = 8;
+/// Largest vector file (or manifest) `verify` reads (the committed ones are under 1 MB).
+pub const MAX_VECTOR_FILE_BYTES: u64 = 64 << 20;
 
 /// One file of a vector set: its path relative to the set's directory, and its bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -266,7 +269,8 @@ pub fn verify(dir: &Path) -> Result<VerifyReport> {
 
 fn verify_set(dir: &Path, prefix: &str) -> Result<VerifyReport> {
     let mpath = dir.join(MANIFEST);
-    let text = std::fs::read(&mpath).map_err(|e| ConfError::io(&mpath, e))?;
+    // Regular files only, size-limited (docs/HOSTILE.md): a FIFO here used to hang `verify`.
+    let text = read_regular(&mpath, MAX_VECTOR_FILE_BYTES, "")?;
     let manifest: Value = serde_json::from_slice(&text).map_err(|e| ConfError::Json {
         path: mpath.display().to_string(),
         msg: e.to_string(),
@@ -321,7 +325,7 @@ fn verify_set(dir: &Path, prefix: &str) -> Result<VerifyReport> {
                 file: name.clone(),
                 what,
             };
-            let bytes = match std::fs::read(dir.join(p)) {
+            let bytes = match read_regular(&dir.join(p), MAX_VECTOR_FILE_BYTES, "") {
                 Ok(b) => b,
                 Err(e) => {
                     return (

@@ -1,0 +1,7 @@
+//! `suite_manifest`: the body is `bnconf::fuzzing::suite_manifest` (shared with the corpus replay of
+//! conformance/tests/fuzz_corpus.rs); see docs/FUZZ.md.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| bnconf::fuzzing::suite_manifest(data));
