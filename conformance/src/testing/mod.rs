@@ -507,32 +507,16 @@ where
         Ok(p) => p,
         Err(r) => return r,
     };
-    let outputs: Vec<Option<Vec<Outputs>>> = prepared
-        .iter()
-        .map(|p| {
-            let ranks: Vec<KernelCase> = (0..p.case.shard_sizes.len())
-                .map(|r| KernelCase::from_suite_case(&suite::replicated::shard(&p.case, r)))
-                .collect();
-            kernel(&ranks)
-        })
-        .collect();
-    let results: Vec<CaseResult> = prepared
-        .par_iter()
-        .zip(outputs.par_iter())
-        .map(|(p, out)| match out {
-            None => p.unsupported("the kernel returned None"),
-            Some(ranks) => {
-                let rounded: Vec<Outputs> = ranks.iter().map(|o| rounded(p, o)).collect();
-                p.judge_ranks(&rounded)
-            }
-        })
-        .collect();
-    Report {
-        title,
-        cases: prepared.into_iter().map(|p| p.case).collect(),
-        results,
-        error: None,
-    }
+    let run = |p: &Prepared| {
+        let ranks: Vec<KernelCase> = (0..p.case.shard_sizes.len())
+            .map(|r| KernelCase::from_suite_case(&suite::replicated::shard(&p.case, r)))
+            .collect();
+        kernel(&ranks)
+    };
+    judge_with(title, prepared, run, |p, ranks: &Vec<Outputs>| {
+        let rounded: Vec<Outputs> = ranks.iter().map(|o| rounded(p, o)).collect();
+        p.judge_ranks(&rounded)
+    })
 }
 
 /// Outputs rounded to their dtypes (a kernel may return wider values).
@@ -574,18 +558,26 @@ fn judge_all<K>(title: String, prepared: Vec<Prepared>, kernel: K) -> Report
 where
     K: Fn(&KernelCase) -> Option<Outputs>,
 {
-    // The kernel runs on this thread, in suite order (it need not be Sync); judging runs in
-    // parallel where the `parallel` feature is on.
-    let outputs: Vec<Option<Outputs>> = prepared
-        .iter()
-        .map(|p| kernel(&KernelCase::from_suite_case(&p.case)))
-        .collect();
+    let run = |p: &Prepared| kernel(&KernelCase::from_suite_case(&p.case));
+    judge_with(title, prepared, run, |p, out| p.judge(&rounded(p, out)))
+}
+
+/// Run the kernel (`run`: `None` = unsupported) on every prepared case on this thread, in
+/// suite order (it need not be Sync), then judge its outputs (`judge`) in parallel where the
+/// `parallel` feature is on.
+fn judge_with<O: Send + Sync>(
+    title: String,
+    prepared: Vec<Prepared>,
+    run: impl Fn(&Prepared) -> Option<O>,
+    judge: impl Fn(&Prepared, &O) -> CaseResult + Sync + Send,
+) -> Report {
+    let outputs: Vec<Option<O>> = prepared.iter().map(run).collect();
     let results: Vec<CaseResult> = prepared
         .par_iter()
         .zip(outputs.par_iter())
         .map(|(p, out)| match out {
             None => p.unsupported("the kernel returned None"),
-            Some(out) => p.judge(&rounded(p, out)),
+            Some(out) => judge(p, out),
         })
         .collect();
     Report {
