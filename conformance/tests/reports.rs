@@ -574,6 +574,29 @@ fn exec_with_quotes_and_shell() {
     assert!(text(&o).contains("unbalanced quotes"), "{}", text(&o));
 }
 
+/// The kernel run on a temporary directory gets `BNCONF_SCRATCH=DIR` (its outputs need no
+/// fsync); one run on a kept directory does not.
+#[test]
+fn scratch_env_only_for_the_temporary_directory() {
+    let d = scratch("scratch-env");
+    // (the kernel's shell condition, --keep-dir, the exit status): the last row shows the
+    // condition can fail (no kernel runs, its outputs are missing).
+    for (cond, keep, code) in [
+        (r#""$BNCONF_SCRATCH" = "$BNCONF_DIR""#, None, 0),
+        (r#"-z "$BNCONF_SCRATCH""#, Some("kept"), 0),
+        (r#"-n "$BNCONF_SCRATCH""#, Some("kept2"), 1),
+    ] {
+        let cmd = format!(r#"test {cond} && {BNCONF} kernel twopass-native "$BNCONF_DIR""#);
+        let k = keep.map(|k| d.join(k).to_str().unwrap().to_string());
+        let mut args = vec!["--exec-shell", "--exec", &cmd];
+        if let Some(k) = &k {
+            args.extend(["--keep-dir", k.as_str()]);
+        }
+        let o = eval_rows(&args);
+        assert_eq!(o.status.code(), Some(code), "{cond}: {}", text(&o));
+    }
+}
+
 /// `--keep-dir DIR` keeps the export and what the kernel wrote; a non-empty existing DIR is
 /// refused (exit 2, named) and left as it was, with `--keep-dir` and as `check DIR --exec`.
 #[test]

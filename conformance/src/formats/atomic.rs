@@ -1,9 +1,63 @@
 //! Atomic output: write to a temporary file beside the target, then rename. A failed or
 //! interrupted write never leaves a partial output file.
+//!
+//! Every file is `fsync`ed before its rename, except in a *scratch* directory: one bnconf
+//! created for itself and removes when done (`check --exec`'s and `shrink`'s
+//! `bnconf-check-*` directories, registered with [`scratch_begin`]), or one named by the
+//! environment variable [`SCRATCH_ENV`] (set by `--exec` for the kernel it runs, so that a
+//! `bnconf kernel` child writing its outputs there does not sync them either). Files there
+//! are still written atomically (a reader never sees a partial file); they are only not
+//! made durable against a power loss, which a directory deleted at the end of the run never
+//! needs.
 
 use crate::error::{ConfError, Result};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Environment variable naming a scratch directory (absolute path): files written under it
+/// are not `fsync`ed. `check --exec` sets it for the kernel process when it runs the kernel
+/// on a temporary directory.
+pub const SCRATCH_ENV: &str = "BNCONF_SCRATCH";
+
+static SCRATCH: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Register `dir` (created by this process, removed by it when done) as scratch.
+pub fn scratch_begin(dir: &Path) {
+    SCRATCH
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(dir.to_path_buf());
+}
+
+/// Unregister `dir` (after removing it).
+pub fn scratch_end(dir: &Path) {
+    SCRATCH
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|d| d != dir);
+}
+
+/// Whether `path` lies in a scratch directory: one registered by [`scratch_begin`], or the
+/// absolute directory named by [`SCRATCH_ENV`].
+pub fn is_scratch(path: &Path) -> bool {
+    if SCRATCH
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .any(|d| path.starts_with(d))
+    {
+        return true;
+    }
+    static ENV: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    ENV.get_or_init(|| {
+        std::env::var_os(SCRATCH_ENV)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    })
+    .as_deref()
+    .is_some_and(|d| path.starts_with(d))
+}
 
 fn tmp_path(path: &Path) -> PathBuf {
     let name = path
@@ -51,7 +105,10 @@ pub fn write_atomic(
         let mut w = std::io::BufWriter::new(f);
         fill(&mut w)?;
         w.flush()?;
-        w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        let f = w.into_inner().map_err(|e| e.into_error())?;
+        if !is_scratch(path) {
+            f.sync_all()?;
+        }
         std::fs::rename(&tmp, path)
     })();
     if let Err(e) = res {
@@ -109,4 +166,30 @@ pub fn write_dir_atomic<T>(dir: &Path, fill: impl FnOnce(&Path) -> Result<T>) ->
         let _ = std::fs::remove_dir_all(&stage);
     }
     res
+}
+
+#[cfg(test)]
+mod scratch_tests {
+    use super::*;
+
+    #[test]
+    fn scratch_covers_the_registered_tree_only() {
+        let d = std::env::temp_dir().join(format!("bnconf-scratch-test-{}", std::process::id()));
+        let inside = d.join("case").join("out").join("y.npy");
+        let sibling = PathBuf::from(format!("{}x", d.display())).join("y.npy");
+        assert!(!is_scratch(&inside));
+        scratch_begin(&d);
+        assert!(is_scratch(&inside));
+        assert!(is_scratch(&d));
+        assert!(
+            !is_scratch(&sibling),
+            "a prefix of the name is not the directory"
+        );
+        std::fs::create_dir_all(inside.parent().unwrap()).unwrap();
+        write_bytes(&inside, b"data").unwrap();
+        assert_eq!(std::fs::read(&inside).unwrap(), b"data");
+        scratch_end(&d);
+        assert!(!is_scratch(&inside));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
 }

@@ -10,6 +10,9 @@
 //! - **Directory**: a fresh temporary directory `<tmp>/bnconf-check-<pid>-<n>`, removed when
 //!   done; or `--keep-dir DIR` (or `check DIR --exec CMD`), which must be new or empty and is
 //!   kept with what the kernel wrote. bnconf never deletes a directory it did not create.
+//!   Files in the temporary directory are written atomically but not `fsync`ed (it is
+//!   removed at the end; `formats::atomic`, scratch directories), and the kernel gets
+//!   `BNCONF_SCRATCH=DIR` so that a `bnconf kernel` child skips the sync of its outputs too.
 //! - **Timeout**: the kernel runs in its own process group; one still running after
 //!   `--timeout SECONDS` (default 900) gets SIGTERM, then SIGKILL a second later, sent to the
 //!   whole group (its children too), and the run fails (exit 1, "kernel timed out after N s").
@@ -78,6 +81,7 @@ impl WorkDir {
             let p = base.join(format!("bnconf-check-{}-{n}", std::process::id()));
             match std::fs::create_dir(&p) {
                 Ok(()) => {
+                    crate::formats::atomic::scratch_begin(&p);
                     *TEMP_DIR.lock().unwrap_or_else(|e| e.into_inner()) = Some(p.clone());
                     return Ok(WorkDir {
                         path: p,
@@ -130,6 +134,7 @@ impl Drop for WorkDir {
     fn drop(&mut self) {
         if self.temporary {
             let _ = std::fs::remove_dir_all(&self.path);
+            crate::formats::atomic::scratch_end(&self.path);
             let mut t = TEMP_DIR.lock().unwrap_or_else(|e| e.into_inner());
             if t.as_deref() == Some(self.path.as_path()) {
                 *t = None;
@@ -258,11 +263,16 @@ pub fn run(opts: &ExecOptions, dir: &Path) -> Result<Outcome> {
     install_signal_cleanup();
     let words = command_words(&opts.cmd, opts.shell)?;
     let (prog, args) = words.split_first().expect("non-empty");
-    let mut child = Command::new(prog)
-        .args(args)
+    let mut cmd = Command::new(prog);
+    cmd.args(args)
         .arg(dir)
         .env("BNCONF_DIR", dir)
-        .process_group(0)
+        .process_group(0);
+    if dir.is_absolute() && crate::formats::atomic::is_scratch(dir) {
+        // A temporary directory removed after the run: the kernel's outputs need no fsync.
+        cmd.env(crate::formats::atomic::SCRATCH_ENV, dir);
+    }
+    let mut child = cmd
         .spawn()
         .map_err(|e| ConfError::field("--exec", format!("cannot run {prog:?}: {e}")))?;
     let pgid = child.id() as i32;
