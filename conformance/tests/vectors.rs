@@ -220,3 +220,103 @@ fn manifest_mismatches_are_named() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// The committed set holds the six precisions; a half case has its half array, a mixed one's
+/// echo keeps its parameters in f32 (`param_dtype`), and an edited half value is caught.
+#[test]
+fn half_and_mixed_precisions_are_committed_and_verified() {
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(committed().join(MANIFEST)).unwrap()).unwrap();
+    assert_eq!(
+        m["dtypes"],
+        serde_json::json!(["f32", "f64", "f16", "bf16", "f16+f32", "bf16+f32"])
+    );
+    for p in ["f16", "bf16", "f16+f32", "bf16+f32"] {
+        let n = m["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["path"].as_str().unwrap().contains(&format!(".{p}.")))
+            .count();
+        assert!(n > 400, "{p}: {n} files");
+    }
+    let read = |id: &str| -> serde_json::Value {
+        serde_json::from_slice(
+            &std::fs::read(committed().join(format!("default/{id}.json"))).unwrap(),
+        )
+        .unwrap()
+    };
+    let g = read("forward.nchw.f16.gaussian");
+    assert!(g["outputs"]["y"]["f16"].is_array(), "f16 array of y");
+    assert!(g["case"].get("param_dtype").is_none());
+    let g = read("forward.nchw.bf16+f32.gaussian");
+    assert_eq!(g["case"]["dtype"], "bf16");
+    assert_eq!(g["case"]["param_dtype"], "f32");
+    assert!(g["outputs"]["y"]["bf16"].is_array() && g["outputs"]["mean"]["f32"].is_array());
+    // gamma is f32, not rounded to bf16: some value has more than bf16's 8 significant bits.
+    let wide = g["case"]["inputs"]["gamma"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|v| {
+            let h = v.as_str().unwrap();
+            let frac = h
+                .split_once('.')
+                .map_or("", |(_, r)| r.split('p').next().unwrap());
+            frac.len() > 2
+        });
+    assert!(
+        wide,
+        "gamma looks bf16-rounded: {}",
+        g["case"]["inputs"]["gamma"]
+    );
+
+    let (d, kept) = small_copy("half-edit", "eval.nchw.bf16.");
+    let o = bnconf(&["verify", d.to_str().unwrap()], None);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let rel = &kept[0];
+    let p = d.join(rel);
+    let mut g: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    let v = g["outputs"]["y"]["bf16"][0].as_str().unwrap().to_string();
+    let edited = match v.strip_prefix('-') {
+        Some(pos) => pos.to_string(),
+        None => format!("-{v}"),
+    };
+    g["outputs"]["y"]["bf16"][0] = edited.clone().into();
+    std::fs::write(&p, serde_json::to_string_pretty(&g).unwrap() + "\n").unwrap();
+    refresh_checksum(&d, rel);
+    let t = text(&bnconf(&["verify", d.to_str().unwrap()], None));
+    assert!(
+        t.contains("outputs.y.bf16[0]") && t.contains(&edited),
+        "{t}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// `param_dtype` in a case file: the parameters are rounded to it, not to `dtype`; a bad one
+/// is named.
+#[test]
+fn case_param_dtype_rounds_the_parameters() {
+    use bnconf::formats::case::{parse_case, InputLimits};
+    let case = |pd: Option<&str>| {
+        let mut v = serde_json::json!({"format": "bnconf-case/1", "op": "forward", "layout": "rows",
+            "shape": [1, 2], "dtype": "f16", "eps": "1e-5",
+            "inputs": {"x": ["0.1", "0.3"], "gamma": ["0.1"], "beta": ["0"]}});
+        if let Some(p) = pd {
+            v["param_dtype"] = p.into();
+        }
+        parse_case(&v, Path::new("."), &InputLimits::default())
+    };
+    let f16 = case(None).unwrap();
+    let mixed = case(Some("f32")).unwrap();
+    assert_eq!(mixed.param_dtype.name(), "f32");
+    let g = |c: &bnconf::formats::case::Case| c.problem.inputs["gamma"][0].to_string();
+    let x = |c: &bnconf::formats::case::Case| c.problem.inputs["x"][0].to_string();
+    assert_eq!(x(&f16), x(&mixed), "x stays f16");
+    assert_eq!(g(&mixed), "13421773/134217728", "gamma = f32(0.1)");
+    assert_eq!(g(&f16), "819/8192", "gamma = f16(0.1)");
+    let e = case(Some("exact")).unwrap_err().to_string();
+    assert!(e.contains("param_dtype"), "{e}");
+    let e = case(Some("f8")).unwrap_err().to_string();
+    assert!(e.contains("param_dtype"), "{e}");
+}

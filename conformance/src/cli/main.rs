@@ -163,6 +163,10 @@ enum Cmd {
         /// Seed of the suite.
         #[arg(long, default_value_t = suite::DEFAULT_SEED)]
         seed: u64,
+        /// Precisions, comma-separated (f32, f64, f16, bf16, f16+f32, bf16+f32) [default:
+        /// the committed set's, all six].
+        #[arg(long, value_delimiter = ',')]
+        dtypes: Vec<String>,
     },
     /// Check a vector set: manifest checksums, and every golden value recomputed exactly.
     Verify {
@@ -442,8 +446,17 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
                 ExitCode::from(1)
             })
         }
-        Cmd::Vectors { out, seed } => {
-            let w = bnconf::suite::vectors::write(&out, seed)?;
+        Cmd::Vectors { out, seed, dtypes } => {
+            let names = if dtypes.is_empty() {
+                bnconf::suite::vectors::DEFAULT_PRECISIONS
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect()
+            } else {
+                dtypes
+            };
+            let precs = bnconf::suite::vectors::parse_precisions(&names)?;
+            let w = bnconf::suite::vectors::write(&out, seed, &precs)?;
             for r in &w.removed {
                 eprintln!("bnconf: removed stale {}", out.join(r).display());
             }

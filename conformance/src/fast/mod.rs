@@ -843,7 +843,8 @@ pub fn read_fast_case(path: &Path, lim: &InputLimits) -> Result<Option<(CaseHead
     if !matches!(
         h.dtype,
         Dtype::Exact | Dtype::Float(FloatFormat::F64) | Dtype::Float(FloatFormat::F32)
-    ) || !covers(h.op)
+    ) || h.param_dtype != h.dtype
+        || !covers(h.op)
     {
         return Ok(None);
     }

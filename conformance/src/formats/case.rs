@@ -89,8 +89,12 @@ impl Default for InputLimits {
 pub struct Case {
     /// `id`.
     pub id: String,
-    /// `dtype`.
+    /// `dtype`: the activations' (`x`, `dy`), and every input's when `param_dtype` is absent.
     pub dtype: Dtype,
+    /// `param_dtype`: the dtype of every input other than `x`, `dy` (`gamma`, `beta`, running
+    /// statistics, `sync_stats`' shard statistics); `dtype` when absent (mixed precision:
+    /// `"dtype": "f16", "param_dtype": "f32"`, as in the kernel protocol).
+    pub param_dtype: Dtype,
     /// `eps` as written (exact).
     pub eps_text: String,
     /// `momentum` as written (`running_update` only).
@@ -301,6 +305,8 @@ pub struct CaseHeader {
     pub geom: Geometry,
     /// `dtype`.
     pub dtype: Dtype,
+    /// `param_dtype` (`dtype` when absent).
+    pub param_dtype: Dtype,
     /// `eps` as written.
     pub eps_text: String,
     /// `eps`, exact.
@@ -346,6 +352,18 @@ pub fn parse_header(v: &Value, lim: &InputLimits) -> Result<CaseHeader> {
         "rows, flat, chw, nchw, nhwc",
     )?;
     let dtype = named(o, "dtype", Dtype::from_name, "f64, f32, f16, bf16, exact")?;
+    let param_dtype = if o.contains_key("param_dtype") {
+        let p = named(o, "param_dtype", Dtype::from_name, "f64, f32, f16, bf16")?;
+        if (p == Dtype::Exact) != (dtype == Dtype::Exact) {
+            return Err(ConfError::field(
+                "param_dtype",
+                "exact goes with dtype exact only (a float dtype needs a float param_dtype)",
+            ));
+        }
+        p
+    } else {
+        dtype
+    };
     let shape_v = o
         .get("shape")
         .ok_or_else(|| ConfError::field("shape", "missing"))?;
@@ -423,7 +441,15 @@ pub fn parse_header(v: &Value, lim: &InputLimits) -> Result<CaseHeader> {
         if !param
             && !matches!(
                 k.as_str(),
-                "format" | "id" | "op" | "layout" | "shape" | "dtype" | "eps" | "inputs"
+                "format"
+                    | "id"
+                    | "op"
+                    | "layout"
+                    | "shape"
+                    | "dtype"
+                    | "param_dtype"
+                    | "eps"
+                    | "inputs"
             )
         {
             extra.insert(k.clone(), v.clone());
@@ -434,6 +460,7 @@ pub fn parse_header(v: &Value, lim: &InputLimits) -> Result<CaseHeader> {
         op,
         geom,
         dtype,
+        param_dtype,
         eps_text,
         eps,
         params,
@@ -449,6 +476,7 @@ pub fn parse_case(v: &Value, base: &Path, lim: &InputLimits) -> Result<Case> {
         op,
         geom,
         dtype,
+        param_dtype,
         eps_text,
         eps,
         params,
@@ -497,13 +525,18 @@ pub fn parse_case(v: &Value, base: &Path, lim: &InputLimits) -> Result<Case> {
             Extent::Channel => (vec![geom.c], geom.c),
             Extent::Shards => (vec![geom.m], geom.m),
         };
+        let in_dtype = if bnconf_impl::is_activation(name) {
+            dtype
+        } else {
+            param_dtype
+        };
         let values = read_input(
             &field,
             val,
             base,
             &want_shape,
             want_len,
-            dtype,
+            in_dtype,
             name == "mean_dy_xhat",
             lim,
         )?;
@@ -513,6 +546,7 @@ pub fn parse_case(v: &Value, base: &Path, lim: &InputLimits) -> Result<Case> {
     Ok(Case {
         id,
         dtype,
+        param_dtype,
         eps_text,
         momentum_text,
         problem,

@@ -50,9 +50,14 @@ pub fn case_json(case: &Case) -> Value {
     let p = &case.problem;
     let mut inputs = Map::new();
     for &name in p.op.inputs() {
+        let dt = if bnconf_impl::is_activation(name) {
+            case.dtype
+        } else {
+            case.param_dtype
+        };
         let vals: Vec<Value> = p.inputs[name]
             .iter()
-            .map(|v| Value::String(write_value(v, case.dtype)))
+            .map(|v| Value::String(write_value(v, dt)))
             .collect();
         inputs.insert(name.to_string(), Value::Array(vals));
     }
@@ -63,6 +68,9 @@ pub fn case_json(case: &Case) -> Value {
     o.insert("layout".into(), json!(p.geom.layout.name()));
     o.insert("shape".into(), json!(p.geom.shape));
     o.insert("dtype".into(), json!(case.dtype.name()));
+    if case.param_dtype != case.dtype {
+        o.insert("param_dtype".into(), json!(case.param_dtype.name()));
+    }
     o.insert("eps".into(), json!(case.eps_text));
     o.insert(
         "eps_exact".into(),

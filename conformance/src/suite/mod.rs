@@ -204,6 +204,7 @@ impl SuiteCase {
         Case {
             id: self.id.clone(),
             dtype: Dtype::Float(self.dtype),
+            param_dtype: Dtype::Float(self.param_dtype),
             eps_text: self.eps.clone(),
             momentum_text: self.momentum.clone(),
             problem: self.problem(),

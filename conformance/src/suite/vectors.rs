@@ -29,8 +29,44 @@ pub const SUITE: &str = "default";
 /// Subdirectory owned by another generator (regression vectors); never listed in this
 /// manifest; verified only when it holds its own `bnconf-vectors/1` manifest.
 pub const REGRESSIONS: &str = "regressions";
-/// Rounded formats written next to `exact` in every committed golden file.
+/// Rounded formats written next to `exact` in every committed golden file (a case in a half
+/// precision also gets its activations' format: [`formats_of`]).
 pub const FORMATS: [FloatFormat; 2] = [FloatFormat::F64, FloatFormat::F32];
+/// The precisions of the committed set (`bnconf vectors` without `--dtypes`).
+pub const DEFAULT_PRECISIONS: [&str; 6] = ["f32", "f64", "f16", "bf16", "f16+f32", "bf16+f32"];
+
+/// The formats of a golden file in precision `p`: [`FORMATS`], then f16 or bf16 when the
+/// activations or the parameters are in one.
+pub fn formats_of(p: suite::Precision) -> Vec<FloatFormat> {
+    let mut f = FORMATS.to_vec();
+    for d in [p.act, p.param] {
+        if !f.contains(&d) {
+            f.push(d);
+        }
+    }
+    f
+}
+
+/// The precisions named by `--dtypes` (`f32`, `f64`, `f16`, `bf16`, `f16+f32`, `bf16+f32`,
+/// numpy's names too), in the order given, each once.
+pub fn parse_precisions(names: &[String]) -> Result<Vec<suite::Precision>> {
+    let mut out: Vec<suite::Precision> = Vec::new();
+    for n in names {
+        let p = crate::testing::parse_precision(n).map_err(|_| {
+            ConfError::field(
+                "--dtypes",
+                format!("unknown precision {n:?} (f32, f64, f16, bf16, f16+f32, bf16+f32)"),
+            )
+        })?;
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    if out.is_empty() {
+        return Err(ConfError::field("--dtypes", "names no precision"));
+    }
+    Ok(out)
+}
 /// Largest case (elements of its largest tensor) committed; `None`: every case.
 pub const MAX_ELEMS: Option<usize> = None;
 /// Most mismatches printed per file.
@@ -61,16 +97,18 @@ fn pretty(v: &Value) -> Vec<u8> {
     s.into_bytes()
 }
 
-/// The vector set of suite [`SUITE`] at `seed`: one golden file per case (f32 and f64
-/// cases), then `manifest.json` last.
+/// The committed vector set of suite [`SUITE`] at `seed`: one golden file per case in the
+/// [`DEFAULT_PRECISIONS`], then `manifest.json` last.
 pub fn generate(seed: u64) -> Result<Vec<VectorFile>> {
-    let s = suite::generate(
-        SUITE,
-        &[FloatFormat::F32, FloatFormat::F64],
-        seed,
-        &suite::Filter::default(),
-    )
-    .expect("known suite");
+    let names: Vec<String> = DEFAULT_PRECISIONS.iter().map(|s| s.to_string()).collect();
+    generate_in(seed, &parse_precisions(&names)?)
+}
+
+/// The vector set of suite [`SUITE`] at `seed` in the precisions given: one golden file per
+/// case, then `manifest.json` last.
+pub fn generate_in(seed: u64, precisions: &[suite::Precision]) -> Result<Vec<VectorFile>> {
+    let s = suite::generate_in(SUITE, precisions, seed, &suite::Filter::default())
+        .expect("known suite");
     let mut skipped = Vec::new();
     let cases: Vec<&suite::SuiteCase> = s
         .cases
@@ -90,7 +128,7 @@ pub fn generate(seed: u64) -> Result<Vec<VectorFile>> {
             let g = golden::compute(c.to_case())?;
             Ok(VectorFile {
                 path: format!("{SUITE}/{}.json", c.id),
-                bytes: pretty(&golden::golden_json(&g, &FORMATS)),
+                bytes: pretty(&golden::golden_json(&g, &formats_of(c.precision()))),
             })
         })
         .collect::<Result<_>>()?;
@@ -105,6 +143,20 @@ pub fn generate(seed: u64) -> Result<Vec<VectorFile>> {
             "skipped": skipped,
         }),
     };
+    let names: Vec<&str> = precisions.iter().map(|p| p.static_name()).collect();
+    let command = if names == DEFAULT_PRECISIONS {
+        "bnconf vectors --out vectors/".to_string()
+    } else {
+        format!("bnconf vectors --out vectors/ --dtypes {}", names.join(","))
+    };
+    let mut formats = FORMATS.to_vec();
+    for p in precisions {
+        for f in formats_of(*p) {
+            if !formats.contains(&f) {
+                formats.push(f);
+            }
+        }
+    }
     let manifest = json!({
         "format": MANIFEST_FORMAT,
         "suite": SUITE,
@@ -113,10 +165,10 @@ pub fn generate(seed: u64) -> Result<Vec<VectorFile>> {
             "tool": "bnconf",
             "version": env!("CARGO_PKG_VERSION"),
             "vectors_version": GENERATOR_VERSION,
-            "command": "bnconf vectors --out vectors/",
+            "command": command,
         },
-        "dtypes": ["f32", "f64"],
-        "formats": std::iter::once("exact").chain(FORMATS.iter().map(|f| f.name())).collect::<Vec<_>>(),
+        "dtypes": names,
+        "formats": std::iter::once("exact").chain(formats.iter().map(|f| f.name())).collect::<Vec<_>>(),
         "subset": subset,
         "excluded_ill_posed": s.excluded.iter().map(|(id, why)| json!({"id": id, "reason": why})).collect::<Vec<_>>(),
         "count": files.len(),
@@ -143,8 +195,8 @@ pub struct WriteSummary {
 
 /// Write the vector set into `out` (atomically, file by file, manifest last). Stale golden
 /// files of the suite's subdirectory are removed; `regressions/` is never touched.
-pub fn write(out: &Path, seed: u64) -> Result<WriteSummary> {
-    let files = generate(seed)?;
+pub fn write(out: &Path, seed: u64, precisions: &[suite::Precision]) -> Result<WriteSummary> {
+    let files = generate_in(seed, precisions)?;
     let sub = out.join(SUITE);
     std::fs::create_dir_all(&sub).map_err(|e| ConfError::io(&sub, e))?;
     let keep: BTreeSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
