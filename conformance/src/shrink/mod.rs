@@ -853,6 +853,37 @@ mod tests {
         }
     }
 
+    /// A dropped row leaves the rank that held it; a dropped rank takes its rows; two ranks
+    /// are kept; empty ranks are counted.
+    #[test]
+    fn replicated_rows_and_ranks() {
+        let mut c = case(Layout::Nchw, &[5, 1, 1, 2]);
+        c.shard_sizes = vec![2, 0, 3];
+        let d = Dims::of(c.layout, &c.shape);
+        // Rows 1 (rank 0) and 3 (rank 2) dropped.
+        let sel = Selection {
+            n: vec![0, 2, 4],
+            ..Selection::all(d)
+        };
+        let s = select(&c, &sel).unwrap();
+        assert_eq!(s.shard_sizes, vec![1, 0, 2]);
+        assert_eq!(s.inputs["x"], vec![0.0, 1.0, 4.0, 5.0, 8.0, 9.0]);
+        assert_eq!(empty_ranks(&s), 1);
+        // Rank 0 dropped: its rows go, the empty rank stays.
+        let r = drop_rank(&c, 0).unwrap();
+        assert_eq!(r.shard_sizes, vec![0, 3]);
+        assert_eq!(r.shape, vec![3, 1, 1, 2]);
+        assert_eq!(r.inputs["x"], (4..10).map(f64::from).collect::<Vec<_>>());
+        // Two ranks remain: no further rank is dropped; a plain case has none.
+        assert!(drop_rank(&r, 0).is_none() && drop_rank(&r, 1).is_none());
+        assert!(drop_rank(&case(Layout::Nchw, &[2, 1, 1, 2]), 0).is_none());
+        // Dropping the only rank with rows would leave none.
+        let mut one = c.clone();
+        one.shard_sizes = vec![0, 0, 5];
+        assert!(drop_rank(&one, 2).is_none());
+        assert_eq!(drop_rank(&one, 0).unwrap().shard_sizes, vec![0, 5]);
+    }
+
     #[test]
     fn grid_rounding() {
         assert_eq!(to_grid(25045.37, 0, FloatFormat::F32), 25045.0);
