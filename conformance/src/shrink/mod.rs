@@ -746,9 +746,10 @@ pub fn summary(s: &Shrunk) -> String {
         let exact = crate::judge::check::Prepared::exact_at(&s.prepared, &o.name, o.index);
         let _ = writeln!(
             t,
-            "  {}[{}]: exact {} = {} ({}), kernel {} ({}), ratio {} > k = {:.2} ({} of {} elements over)",
+            "  {}[{}]{}: exact {} = {} ({}), kernel {} ({}), ratio {} > k = {:.2} ({} of {} elements over)",
             o.name,
             o.index,
+            o.rank.map(|r| format!(" on rank {r}")).unwrap_or_default(),
             o.expected,
             bnconf_spec::exact::round::round(&exact, f).to_hex(),
             f.name(),
