@@ -3,7 +3,9 @@
 //! read as a case file, its exact outputs recomputed by bnconf equal to the ones recorded in
 //! `shrink.json` and `golden.json` (exact strings and correct roundings), and the engine's
 //! committed output (`kernel/<output>.npy`) judged as failing: ratio over k, on the output
-//! the finding names, with the ratio recorded.
+//! the finding names, with the ratio recorded. A replicated finding (sync BN across ranks:
+//! `case.json` has `ranks` and `shard_sizes`) has the engine's output per rank,
+//! `kernel/rank<r>/<output>.npy`, judged as `bnconf check --suite replicated` judges it.
 
 use bnconf::formats::case::InputLimits;
 use bnconf::formats::golden;
@@ -67,6 +69,7 @@ fn every_listed_finding_has_its_files() {
 
 #[test]
 fn every_finding_still_reproduces() {
+    let mut replicated = 0;
     for d in finding_dirs() {
         let name = d.file_name().unwrap().to_string_lossy().into_owned();
         let s = json(&d.join("shrink.json"));
@@ -113,16 +116,38 @@ fn every_finding_still_reproduces() {
         let p = check::prepare(std::slice::from_ref(&case))
             .unwrap()
             .remove(0);
-        let mut computed = BTreeMap::new();
-        for &out in case.op.outputs() {
-            let path = d.join("kernel").join(format!("{out}.npy"));
+        let read = |dir: &Path, out: &str| -> Vec<f64> {
+            let path = dir.join(format!("{out}.npy"));
             let (_, data) = read_npy_any(&path, 1 << 20).unwrap_or_else(|e| panic!("{name}: {e}"));
-            computed.insert(
-                out.to_string(),
-                values_of(case.dtype_of(out), &data).unwrap(),
+            values_of(case.dtype_of(out), &data).unwrap()
+        };
+        let r = if case.shard_sizes.is_empty() {
+            let computed: BTreeMap<String, Vec<f64>> = case
+                .op
+                .outputs()
+                .iter()
+                .map(|&out| (out.to_string(), read(&d.join("kernel"), out)))
+                .collect();
+            p.judge(&computed)
+        } else {
+            replicated += 1;
+            assert_eq!(
+                s["case"]["shard_sizes"],
+                serde_json::json!(case.shard_sizes),
+                "{name}: shard_sizes"
             );
-        }
-        let r = p.judge(&computed);
+            let ranks: Vec<BTreeMap<String, Vec<f64>>> = (0..case.shard_sizes.len())
+                .map(|r| {
+                    let rd = d.join("kernel").join(format!("rank{r}"));
+                    case.op
+                        .outputs()
+                        .iter()
+                        .map(|&out| (out.to_string(), read(&rd, out)))
+                        .collect()
+                })
+                .collect();
+            p.judge_ranks(&ranks)
+        };
         assert_eq!(
             r.verdict,
             Verdict::Fail,
@@ -145,4 +170,6 @@ fn every_finding_still_reproduces() {
         }
         assert_eq!(s["k"].as_f64().unwrap(), r.k, "{name}");
     }
+    // Flax's equal-weight merge and empty rank, Keras's one-pass sync variance.
+    assert!(replicated >= 3, "{replicated} replicated findings");
 }

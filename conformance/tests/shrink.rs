@@ -16,10 +16,15 @@ fn exec_of(kernel: &str) -> String {
 }
 
 fn shrink(case: &str, kernel: &str, out: &Path) -> std::process::Output {
+    shrink_in("default", case, kernel, out)
+}
+
+/// `bnconf shrink` of case `case` of suite `suite` (f32) with the built-in `kernel`.
+fn shrink_in(suite: &str, case: &str, kernel: &str, out: &Path) -> std::process::Output {
     bnconf(&[
         "shrink",
         "--suite",
-        "default",
+        suite,
         "--dtype",
         "f32",
         "--case",
@@ -261,4 +266,146 @@ fn bad_arguments_exit_2_naming_the_field() {
         assert!(!out.exists(), "{args:?} wrote {}", out.display());
     }
     assert_eq!(std::fs::read(nonempty.join("keep")).unwrap(), b"x");
+}
+
+fn shrink_replicated(case: &str, kernel: &str, out: &Path) -> std::process::Output {
+    shrink_in("replicated", case, kernel, out)
+}
+
+/// A replicated case (sync BN across ranks) shrinks with a replicated known-bad kernel: fewer
+/// ranks, rows, channels and cells, the split still unequal (equal weights are right on an
+/// equal split), the diagnosis kept, the split written as `ranks`/`shard_sizes` in case.json,
+/// each rank's output under kernel/rank<r>/, the same bytes twice; the written case read back
+/// still fails with bad-rep-equal-weight (run in process on its ranks) and passes with the
+/// count-weighted kernel.
+#[test]
+fn shrinks_a_replicated_case_across_ranks() {
+    let id = "forward.nchw.f32.gaussian.r3-unequal";
+    let root = scratch("shrink", "replicated");
+    let (a, b) = (root.join("a"), root.join("b"));
+    let o = shrink_replicated(id, "bad-rep-equal-weight", &a);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let s = json(&a.join("shrink.json"));
+    assert_eq!(s["failure"]["behaves_like"], "bad-rep-equal-weight", "{s}");
+    assert_eq!(s["original"]["shard_sizes"], serde_json::json!([2, 5, 9]));
+    let before = s["original"]["input_elements"].as_u64().unwrap();
+    let after = s["case"]["input_elements"].as_u64().unwrap();
+    assert!(after * 20 <= before, "{after} of {before} elements");
+
+    let case = bnconf::shrink::case_from_file(&a.join("case.json"), &InputLimits::default())
+        .expect("the shrunk case reads back");
+    let sizes = case.shard_sizes.clone();
+    assert!(sizes.len() >= 2, "{sizes:?}");
+    assert_eq!(sizes.iter().sum::<usize>(), case.shape[0], "{sizes:?}");
+    assert!(sizes.iter().any(|&n| n != sizes[0]), "{sizes:?} is equal");
+    assert!(!sizes.contains(&0), "{sizes:?}: a rank was emptied");
+    assert_eq!(s["case"]["shard_sizes"], serde_json::json!(sizes));
+    let cj = json(&a.join("case.json"));
+    assert_eq!(cj["ranks"], sizes.len());
+    for (r, &n) in sizes.iter().enumerate() {
+        let rd = a.join("kernel").join(format!("rank{r}"));
+        for out in ["y", "mean", "var"] {
+            assert!(rd.join(format!("{out}.npy")).is_file(), "rank{r}/{out}.npy");
+        }
+        let (shape, _) =
+            bnconf::formats::npy::read_npy_any(&rd.join("y.npy"), 1 << 20).expect("y.npy");
+        assert_eq!(shape[0], n, "rank {r}");
+    }
+    assert!(!a.join("kernel").join("y.npy").exists());
+
+    let p = check::prepare(std::slice::from_ref(&case)).unwrap();
+    let run = |k: &str| {
+        let k = bnconf_impl::replicated_kernel_by_name(k).unwrap();
+        bnconf::judge::replicated::run_kernel(k.as_ref(), &p).remove(0)
+    };
+    let bad = run("bad-rep-equal-weight");
+    assert_eq!(bad.verdict, Verdict::Fail);
+    let d = bnconf::report::diagnosis::diagnose(&p, std::slice::from_ref(&bad));
+    assert_eq!(
+        d.first().map(|d| d.kernel.as_str()),
+        Some("bad-rep-equal-weight")
+    );
+    assert_eq!(bad.worst_ratio, s["worst_ratio"].as_f64().unwrap());
+    assert_eq!(run("replicated-chan").verdict, Verdict::Pass);
+
+    let o2 = shrink_replicated(id, "bad-rep-equal-weight", &b);
+    assert_eq!(o2.status.code(), Some(0), "{}", text(&o2));
+    assert_eq!(files(&a), files(&b));
+}
+
+/// An empty rank is kept where the failure needs it (a kernel that counts an empty rank as
+/// one zero cell fails only with one), and a rank is never emptied when the original had none
+/// (an unequal split of bad-rep-onepass's large mean stays without an empty rank).
+#[test]
+fn replicated_shrink_keeps_the_empty_rank_only_where_the_original_had_one() {
+    let root = scratch("shrink", "replicated-empty");
+    let out = root.join("empty");
+    let o = shrink_replicated(
+        "forward.nchw.f32.offset.r3-empty",
+        "bad-rep-empty-as-one",
+        &out,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let s = json(&out.join("shrink.json"));
+    assert_eq!(s["failure"]["behaves_like"], "bad-rep-empty-as-one", "{s}");
+    let sizes: Vec<u64> = s["case"]["shard_sizes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_u64().unwrap())
+        .collect();
+    assert_eq!(sizes.iter().filter(|&&n| n == 0).count(), 1, "{sizes:?}");
+
+    let out = root.join("onepass");
+    let o = shrink_replicated(
+        "forward.nhwc.f32.large-mean-1e2.r2-unequal",
+        "bad-rep-onepass",
+        &out,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let s = json(&out.join("shrink.json"));
+    assert_eq!(s["failure"]["behaves_like"], "bad-rep-onepass", "{s}");
+    let sizes = s["case"]["shard_sizes"].as_array().unwrap();
+    assert_eq!(sizes.len(), 2);
+    assert!(sizes.iter().all(|n| n.as_u64().unwrap() > 0), "{s}");
+}
+
+/// A replicated case file with a bad split is exit 2 naming the field.
+#[test]
+fn a_bad_split_in_a_case_file_names_the_field() {
+    let root = scratch("shrink", "bad-split");
+    let exec = exec_of("bad-rep-equal-weight");
+    let bad: [(&str, &str); 5] = [
+        (r#""ranks": 2"#, "shard_sizes"),
+        (r#""shard_sizes": [1, 1]"#, "ranks"),
+        (r#""ranks": 2, "shard_sizes": [1, 2]"#, "shard_sizes"),
+        (r#""ranks": 3, "shard_sizes": [1, 1]"#, "shard_sizes"),
+        (r#""ranks": 2, "shard_sizes": [1, -1]"#, "shard_sizes[1]"),
+    ];
+    for (i, (split, field)) in bad.iter().enumerate() {
+        let f = root.join(format!("case{i}.json"));
+        let text_of = format!(
+            r#"{{"format": "bnconf-case/1", "id": "t", "op": "forward", "layout": "nchw",
+                "shape": [2, 1, 1, 1], "dtype": "f32", "eps": 1e-5, {split},
+                "inputs": {{"x": [1, 2], "gamma": [1], "beta": [0]}}}}"#
+        );
+        std::fs::write(&f, text_of).unwrap();
+        let out = root.join(format!("out{i}"));
+        let r = bnconf(&[
+            "shrink",
+            "--case-file",
+            f.to_str().unwrap(),
+            "--exec",
+            &exec,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(r.status.code(), Some(2), "{split}: {}", text(&r));
+        assert!(
+            stderr(&r).contains(field),
+            "{split} should name {field}: {}",
+            text(&r)
+        );
+        assert!(!out.exists());
+    }
 }

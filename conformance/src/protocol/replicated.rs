@@ -61,6 +61,19 @@ pub fn verify_inputs(dir: &Path, s: &Suite, c: &SuiteCase) -> Result<()> {
 /// Read every rank's outputs of one case and judge them ([`Prepared::judge_ranks`]).
 /// `out/unsupported` of the case or of any rank marks the case unsupported.
 pub fn read_outputs(dir: &Path, p: &Prepared) -> CaseResult {
+    match read_rank_outputs(dir, p) {
+        Ok(ranks) => p.judge_ranks(&ranks),
+        Err(r) => *r,
+    }
+}
+
+/// Every rank's outputs of one case as written (`ranks[r]`: output name → values of its
+/// dtype as f64; the optional `dgamma_local`/`dbeta_local` where present), or the case's
+/// result when it is unsupported or an output is missing or malformed.
+pub fn read_rank_outputs(
+    dir: &Path,
+    p: &Prepared,
+) -> std::result::Result<Vec<BTreeMap<String, Vec<f64>>>, Box<CaseResult>> {
     let c = &p.case;
     let cd = dir.join(&c.id);
     let mut dirs = vec![(cd.join("out"), format!("{}/out", c.id))];
@@ -72,8 +85,8 @@ pub fn read_outputs(dir: &Path, p: &Prepared) -> CaseResult {
     }));
     for (out, rel) in &dirs {
         match unsupported_reason(out, rel) {
-            Some(Ok(why)) => return p.unsupported(&why),
-            Some(Err(why)) => return p.malformed(&why),
+            Some(Ok(why)) => return Err(Box::new(p.unsupported(&why))),
+            Some(Err(why)) => return Err(Box::new(p.malformed(&why))),
             None => {}
         }
     }
@@ -92,7 +105,7 @@ pub fn read_outputs(dir: &Path, p: &Prepared) -> CaseResult {
                 Ok(v) => {
                     got.insert(name.to_string(), v);
                 }
-                Err(why) => return p.malformed(&format!("{rel}: {why}")),
+                Err(why) => return Err(Box::new(p.malformed(&format!("{rel}: {why}")))),
             }
         }
         if p.locals.is_some() {
@@ -106,13 +119,13 @@ pub fn read_outputs(dir: &Path, p: &Prepared) -> CaseResult {
                     Ok(v) => {
                         got.insert(name.to_string(), v);
                     }
-                    Err(why) => return p.malformed(&format!("{rel}: {why}")),
+                    Err(why) => return Err(Box::new(p.malformed(&format!("{rel}: {why}")))),
                 }
             }
         }
         ranks.push(got);
     }
-    p.judge_ranks(&ranks)
+    Ok(ranks)
 }
 
 /// `bnconf kernel NAME DIR` for a replicated kernel: every replicated case of DIR, each rank

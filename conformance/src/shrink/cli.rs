@@ -18,7 +18,7 @@ pub struct ShrinkArgs {
     /// The failing case as a case file (`bnconf-case/1`, float dtype) instead of --case.
     #[arg(long, value_name = "FILE")]
     pub case_file: Option<PathBuf>,
-    /// Suite of --case: default, extreme or scale.
+    /// Suite of --case: default, extreme, scale or replicated.
     #[arg(long, default_value = "default")]
     pub suite: String,
     /// dtype of --case's suite: f32, f64, f16, bf16 (numpy's names work too).
@@ -42,7 +42,8 @@ pub struct ShrinkArgs {
     #[arg(long, value_name = "N", default_value_t = super::DEFAULT_MAX_RUNS)]
     pub max_runs: usize,
     /// Write the shrunk case here (a new or empty directory): case.json, <input>.npy,
-    /// golden.json, kernel/<output>.npy, shrink.json.
+    /// golden.json, kernel/<output>.npy (kernel/rank<r>/<output>.npy for a replicated case),
+    /// shrink.json.
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
     /// Do not print each kept candidate on stderr.
@@ -78,13 +79,6 @@ pub fn original_case(a: &ShrinkArgs) -> Result<SuiteCase> {
                     ),
                 ));
             }
-            if a.suite == "replicated" {
-                // Its cases are split across ranks; shrinking would change the split.
-                return Err(ConfError::field(
-                    "--suite",
-                    "replicated: shrinking a case split across ranks is not supported (shrink the failing whole-batch op with --suite default)",
-                ));
-            }
             // Only the op and layout the id names are generated (ids are op.layout.dtype.class).
             let mut filter = suite::Filter::default();
             let mut parts = id.split('.');
@@ -97,7 +91,10 @@ pub fn original_case(a: &ShrinkArgs) -> Result<SuiteCase> {
             let s = suite::generate_in(&a.suite, &[prec], a.seed, &filter).ok_or_else(|| {
                 ConfError::field(
                     "--suite",
-                    format!("unknown suite {:?} (default, extreme, scale)", a.suite),
+                    format!(
+                        "unknown suite {:?} (default, extreme, scale, replicated)",
+                        a.suite
+                    ),
                 )
             })?;
             s.cases

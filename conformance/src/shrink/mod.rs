@@ -172,6 +172,18 @@ pub fn select(case: &SuiteCase, sel: &Selection) -> Option<SuiteCase> {
     }
     let mut out = case.clone();
     out.shape = nd.shape(case.layout);
+    if !case.shard_sizes.is_empty() {
+        // A replicated case: each kept row stays on the rank that held it.
+        let offsets = suite::replicated::offsets(&case.shard_sizes);
+        let mut sizes = vec![0; case.shard_sizes.len()];
+        for &n in &sel.n {
+            let r = (0..sizes.len())
+                .rfind(|&r| offsets[r] <= n && case.shard_sizes[r] > 0)
+                .expect("a row of the batch is on some rank");
+            sizes[r] += 1;
+        }
+        out.shard_sizes = sizes;
+    }
     for (name, v) in out.inputs.iter_mut() {
         let old = std::mem::take(v);
         *v = match Op::extent(name) {
@@ -194,6 +206,34 @@ pub fn select(case: &SuiteCase, sel: &Selection) -> Option<SuiteCase> {
         };
     }
     Some(out)
+}
+
+/// A replicated `case` without rank `r`: its rows dropped from the batch and its entry from
+/// `shard_sizes`. `None` when the case is not replicated, has no rank `r`, or would be left
+/// with fewer than two ranks or no rows.
+pub fn drop_rank(case: &SuiteCase, r: usize) -> Option<SuiteCase> {
+    let sizes = &case.shard_sizes;
+    if sizes.len() <= 2 || r >= sizes.len() || sizes.iter().sum::<usize>() == sizes[r] {
+        return None;
+    }
+    let off = suite::replicated::offsets(sizes)[r];
+    let d = Dims::of(case.layout, &case.shape);
+    let sel = Selection {
+        n: (0..d.n)
+            .filter(|&n| n < off || n >= off + sizes[r])
+            .collect(),
+        ..Selection::all(d)
+    };
+    let mut out = select(case, &sel)?;
+    let mut kept = sizes.clone();
+    kept.remove(r);
+    out.shard_sizes = kept;
+    Some(out)
+}
+
+/// Ranks of a replicated case that hold no rows.
+pub fn empty_ranks(case: &SuiteCase) -> usize {
+    case.shard_sizes.iter().filter(|&&n| n == 0).count()
 }
 
 /// The exact problem of a case, or why the op is undefined there (the `SuiteCase::problem`
@@ -341,6 +381,7 @@ pub fn case_from_file(path: &Path, lim: &InputLimits) -> Result<SuiteCase> {
         inputs.insert(name.clone(), v);
     }
     let text = |k: &str| c.extra.get(k).and_then(Value::as_str).map(str::to_string);
+    let shard_sizes = shard_sizes_of(&c.extra, p.op, p.geom.layout, &p.geom.shape)?;
     Ok(SuiteCase {
         id: c.id.clone(),
         level: text("level")
@@ -357,8 +398,81 @@ pub fn case_from_file(path: &Path, lim: &InputLimits) -> Result<SuiteCase> {
         momentum: c.momentum_text.clone(),
         convention: p.params.convention,
         inputs,
-        shard_sizes: vec![],
+        shard_sizes,
     })
+}
+
+/// The split of a replicated case file (`"ranks": R`, `"shard_sizes": [n_0, ...]`, docs/FORMAT.md
+/// "Added in bnconf 0.3: shrink"); empty when the file has neither field.
+fn shard_sizes_of(
+    extra: &serde_json::Map<String, Value>,
+    op: Op,
+    layout: Layout,
+    shape: &[usize],
+) -> Result<Vec<usize>> {
+    let (ranks, sizes) = match (extra.get("ranks"), extra.get("shard_sizes")) {
+        (None, None) => return Ok(vec![]),
+        (Some(_), None) => {
+            return Err(ConfError::field(
+                "shard_sizes",
+                "missing: a case with \"ranks\" needs \"shard_sizes\" (rows per rank)",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(ConfError::field(
+                "ranks",
+                "missing: a case with \"shard_sizes\" needs \"ranks\"",
+            ))
+        }
+        (Some(r), Some(s)) => (r, s),
+    };
+    let r = ranks
+        .as_u64()
+        .filter(|r| (1..=1024).contains(r))
+        .ok_or_else(|| ConfError::field("ranks", format!("{ranks}: an integer from 1 to 1024")))?
+        as usize;
+    let list = sizes
+        .as_array()
+        .ok_or_else(|| ConfError::field("shard_sizes", "must be an array of row counts"))?;
+    let mut out = Vec::with_capacity(list.len());
+    for (i, v) in list.iter().enumerate() {
+        let n = v.as_u64().ok_or_else(|| {
+            ConfError::field(
+                format!("shard_sizes[{i}]"),
+                format!("{v}: a row count (integer >= 0)"),
+            )
+        })?;
+        out.push(n as usize);
+    }
+    if out.len() != r {
+        return Err(ConfError::field(
+            "shard_sizes",
+            format!("{} entries, but \"ranks\" is {r}", out.len()),
+        ));
+    }
+    if !matches!(op, Op::Forward | Op::Backward | Op::RunningUpdate)
+        || !matches!(layout, Layout::Nchw | Layout::Nhwc)
+    {
+        return Err(ConfError::field(
+            "ranks",
+            format!(
+                "a case split across ranks is forward, backward or running_update on nchw or nhwc, not {} on {}",
+                op.name(),
+                layout.name()
+            ),
+        ));
+    }
+    let total: u128 = out.iter().map(|&n| n as u128).sum();
+    if total != shape[0] as u128 {
+        return Err(ConfError::field(
+            "shard_sizes",
+            format!(
+                "rows sum to {total}, but the batch (shape[0]) is {}",
+                shape[0]
+            ),
+        ));
+    }
+    Ok(out)
 }
 
 /// Write `case` as a one-case suite directory of the kernel directory protocol in `dir`
@@ -419,6 +533,10 @@ pub fn case_file_json(case: &SuiteCase, from: &str) -> Value {
     o.insert("class".into(), json!(case.class));
     o.insert("target".into(), json!(case.target));
     o.insert("shrunk_from".into(), json!(from));
+    if !case.shard_sizes.is_empty() {
+        o.insert("ranks".into(), json!(case.shard_sizes.len()));
+        o.insert("shard_sizes".into(), json!(case.shard_sizes));
+    }
     let inputs: serde_json::Map<String, Value> = case
         .op
         .inputs()
@@ -448,6 +566,9 @@ pub struct Shrunk {
     pub runs: usize,
     /// The kernel command, as given.
     pub command: String,
+    /// A replicated case: what each rank wrote on the shrunk case (`ranks[r]`: output name →
+    /// values), as judged; `None` for other cases.
+    pub rank_outputs: Option<Vec<BTreeMap<String, Vec<f64>>>>,
 }
 
 /// A value of dtype `f` as that dtype's hex string (`nan`, `inf`, `-inf` when not finite).
@@ -477,11 +598,23 @@ pub fn report_json(s: &Shrunk) -> Result<Value> {
     for &name in s.case.op.outputs() {
         let f = s.case.dtype_of(name);
         let exact = &g.outputs[name];
-        let got = &computed[name];
+        // A replicated case's per-channel output: the copy of the rank with the worst ratio
+        // (rank 0's on ties); per-element outputs are the shards concatenated.
+        let r = s.result.outputs.iter().filter(|o| o.name == name).fold(
+            None::<&crate::judge::check::OutputResult>,
+            |a, o| match a {
+                Some(b) if b.worst_ratio >= o.worst_ratio || o.worst_ratio.is_nan() => Some(b),
+                _ => Some(o),
+            },
+        );
+        let rank = r.and_then(|o| o.rank);
+        let got = match (&s.rank_outputs, rank, Op::extent(name)) {
+            (Some(ranks), Some(k), Extent::Channel) => &ranks[k][name],
+            _ => &computed[name],
+        };
         let u = f.unit_roundoff();
         let ratios = s.prepared.ratios(name, got, u);
-        let r = s.result.outputs.iter().find(|o| o.name == name);
-        outs.push(json!({
+        let mut rec = json!({
             "name": name,
             "dtype": f.name(),
             "shape": tensor_shape(&s.case, name),
@@ -493,9 +626,13 @@ pub fn report_json(s: &Shrunk) -> Result<Value> {
             "expected_f64": golden::rounded_hex(exact, FloatFormat::F64),
             "kernel": got.iter().map(|&x| hex_in(x, f)).collect::<Vec<_>>(),
             "ratio": ratios.iter().map(|&x| num(if x.is_nan() { f64::INFINITY } else { x })).collect::<Vec<_>>(),
-        }));
+        });
+        if let Some(k) = rank {
+            rec["rank"] = json!(k);
+        }
+        outs.push(rec);
     }
-    Ok(json!({
+    let mut v = json!({
         "format": "bnconf-shrink/1",
         "tool": {"name": "bnconf", "version": env!("CARGO_PKG_VERSION")},
         "kernel": s.command,
@@ -521,7 +658,13 @@ pub fn report_json(s: &Shrunk) -> Result<Value> {
         "worst_ratio": num(s.result.worst_ratio),
         "k": s.result.k,
         "outputs": outs,
-    }))
+    });
+    if !s.case.shard_sizes.is_empty() {
+        v["original"]["shard_sizes"] = json!(s.original.shard_sizes);
+        v["case"]["ranks"] = json!(s.case.shard_sizes.len());
+        v["case"]["shard_sizes"] = json!(s.case.shard_sizes);
+    }
+    Ok(v)
 }
 
 /// Write the output directory's files into `dir` (a staging directory): `case.json`,
@@ -546,7 +689,21 @@ pub fn write_output(s: &Shrunk, dir: &Path) -> Result<()> {
     write_json(&dir.join("golden.json"), &golden::golden_json(&g, &fmts))?;
     let kd = dir.join("kernel");
     std::fs::create_dir_all(&kd).map_err(|e| ConfError::io(&kd, e))?;
-    if let Some(computed) = &s.result.computed {
+    if let Some(ranks) = &s.rank_outputs {
+        for (r, outs) in ranks.iter().enumerate() {
+            let rd = kd.join(format!("rank{r}"));
+            std::fs::create_dir_all(&rd).map_err(|e| ConfError::io(&rd, e))?;
+            let sh = suite::replicated::shard(&s.case, r);
+            for (name, v) in outs {
+                let f = s.case.dtype_of(name);
+                let shape = match Op::extent(name) {
+                    Extent::Cells => sh.shape.clone(),
+                    _ => vec![Dims::of(s.case.layout, &s.case.shape).c],
+                };
+                write_npy(&rd.join(format!("{name}.npy")), &shape, &npy_of(f, v))?;
+            }
+        }
+    } else if let Some(computed) = &s.result.computed {
         for (name, v) in computed.iter() {
             let f = s.case.dtype_of(name);
             write_npy(
@@ -589,9 +746,10 @@ pub fn summary(s: &Shrunk) -> String {
         let exact = crate::judge::check::Prepared::exact_at(&s.prepared, &o.name, o.index);
         let _ = writeln!(
             t,
-            "  {}[{}]: exact {} = {} ({}), kernel {} ({}), ratio {} > k = {:.2} ({} of {} elements over)",
+            "  {}[{}]{}: exact {} = {} ({}), kernel {} ({}), ratio {} > k = {:.2} ({} of {} elements over)",
             o.name,
             o.index,
+            o.rank.map(|r| format!(" on rank {r}")).unwrap_or_default(),
             o.expected,
             bnconf_spec::exact::round::round(&exact, f).to_hex(),
             f.name(),
@@ -694,6 +852,37 @@ mod tests {
             };
             assert!(select(&c0, &empty).is_none());
         }
+    }
+
+    /// A dropped row leaves the rank that held it; a dropped rank takes its rows; two ranks
+    /// are kept; empty ranks are counted.
+    #[test]
+    fn replicated_rows_and_ranks() {
+        let mut c = case(Layout::Nchw, &[5, 1, 1, 2]);
+        c.shard_sizes = vec![2, 0, 3];
+        let d = Dims::of(c.layout, &c.shape);
+        // Rows 1 (rank 0) and 3 (rank 2) dropped.
+        let sel = Selection {
+            n: vec![0, 2, 4],
+            ..Selection::all(d)
+        };
+        let s = select(&c, &sel).unwrap();
+        assert_eq!(s.shard_sizes, vec![1, 0, 2]);
+        assert_eq!(s.inputs["x"], vec![0.0, 1.0, 4.0, 5.0, 8.0, 9.0]);
+        assert_eq!(empty_ranks(&s), 1);
+        // Rank 0 dropped: its rows go, the empty rank stays.
+        let r = drop_rank(&c, 0).unwrap();
+        assert_eq!(r.shard_sizes, vec![0, 3]);
+        assert_eq!(r.shape, vec![3, 1, 1, 2]);
+        assert_eq!(r.inputs["x"], (4..10).map(f64::from).collect::<Vec<_>>());
+        // Two ranks remain: no further rank is dropped; a plain case has none.
+        assert!(drop_rank(&r, 0).is_none() && drop_rank(&r, 1).is_none());
+        assert!(drop_rank(&case(Layout::Nchw, &[2, 1, 1, 2]), 0).is_none());
+        // Dropping the only rank with rows would leave none.
+        let mut one = c.clone();
+        one.shard_sizes = vec![0, 0, 5];
+        assert!(drop_rank(&one, 2).is_none());
+        assert_eq!(drop_rank(&one, 0).unwrap().shard_sizes, vec![0, 5]);
     }
 
     #[test]

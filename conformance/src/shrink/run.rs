@@ -5,8 +5,11 @@
 //!
 //! Moves, in order, each pass:
 //! 1. channels: keep one channel (the worst element's first, then 0, 1, …); else drop one;
-//! 2. cells: along `n`, `h`, `w`, drop chunks of indices (halves, quarters, … single ones);
-//! 3. values, per input: the neutral value for the whole array (`gamma` 1, `beta` 0,
+//! 2. ranks (a replicated case): drop one whole rank, its rows with it, while two remain;
+//! 3. cells: along `n`, `h`, `w`, drop chunks of indices (halves, quarters, … single ones); in
+//!    a replicated case a dropped row leaves the rank that held it (its shard shrinks), and a
+//!    candidate never has more empty ranks than the original;
+//! 4. values, per input: the neutral value for the whole array (`gamma` 1, `beta` 0,
 //!    `running_mean` 0, `running_var` 1), then every value rounded to a multiple of `2^-k`,
 //!    coarsest `k` first ([`super::GRID_EXPONENTS`]).
 //!
@@ -20,6 +23,7 @@ use crate::protocol::exec::{self, ExecOptions, Outcome, WorkDir};
 use crate::suite::SuiteCase;
 use bnconf_spec::op::Extent;
 use bnconf_spec::Op;
+use std::collections::BTreeMap;
 
 /// How a search ended.
 #[derive(Debug)]
@@ -32,10 +36,17 @@ pub enum Ended {
     Interrupted(i32),
 }
 
+/// What each rank of a replicated case wrote (`None` for other cases).
+type RankOutputs = Option<Vec<BTreeMap<String, Vec<f64>>>>;
+
+/// A candidate that fails the same way: its prepared goldens, its result, and its ranks'
+/// outputs.
+type Kept = (Prepared, CaseResult, RankOutputs);
+
 /// One kernel run on a candidate: its prepared goldens and the verdict, or why it was not
 /// judged (timed out: treated as not reproducing).
 enum Run {
-    Judged(Box<Prepared>, CaseResult),
+    Judged(Box<Kept>),
     TimedOut,
     Interrupted(i32),
 }
@@ -58,6 +69,11 @@ struct Search<'a> {
     runs: usize,
     signature: Option<Signature>,
     quiet: bool,
+    /// A replicated original's empty ranks: no candidate has more (rows are dropped from
+    /// the ranks that hold them; a rank is only emptied where the original had one).
+    max_empty: usize,
+    /// A replicated original's fewest ranks a candidate keeps (2, or the original's if fewer).
+    min_ranks: usize,
 }
 
 impl Search<'_> {
@@ -74,24 +90,37 @@ impl Search<'_> {
             Outcome::TimedOut(_) => return Ok(Run::TimedOut),
             Outcome::Exited(_) => {}
         }
-        let r = crate::protocol::read_outputs(work.path(), &prepared);
-        Ok(Run::Judged(Box::new(prepared), r))
+        if case.shard_sizes.is_empty() {
+            let r = crate::protocol::read_outputs(work.path(), &prepared);
+            return Ok(Run::Judged(Box::new((prepared, r, None))));
+        }
+        match crate::protocol::replicated::read_rank_outputs(work.path(), &prepared) {
+            Ok(ranks) => {
+                let r = prepared.judge_ranks(&ranks);
+                Ok(Run::Judged(Box::new((prepared, r, Some(ranks)))))
+            }
+            Err(r) => Ok(Run::Judged(Box::new((prepared, *r, None)))),
+        }
     }
 
-    /// Try a candidate: `Some((prepared, result))` when it fails the same way.
-    fn attempt(
-        &mut self,
-        case: &SuiteCase,
-    ) -> std::result::Result<Option<(Prepared, CaseResult)>, Stop> {
+    /// Try a candidate: `Some((prepared, result, rank outputs))` when it fails the same way.
+    fn attempt(&mut self, case: &SuiteCase) -> std::result::Result<Option<Kept>, Stop> {
         if self.runs > self.max_runs || !valid(case) {
+            return Ok(None);
+        }
+        if !case.shard_sizes.is_empty()
+            && (super::empty_ranks(case) > self.max_empty
+                || case.shard_sizes.len() < self.min_ranks)
+        {
             return Ok(None);
         }
         match self.run(case)? {
             Run::Interrupted(sig) => Err(Stop::Signal(sig)),
             Run::TimedOut => Ok(None),
-            Run::Judged(p, r) => {
+            Run::Judged(kept) => {
+                let (p, r, _) = &*kept;
                 let sig = self.signature.as_ref().expect("set from the original");
-                if sig.matches(&p, &r) {
+                if sig.matches(p, r) {
                     if !self.quiet {
                         eprintln!(
                             "bnconf shrink: run {}: {:?}, {} input elements: still fails ({})",
@@ -101,7 +130,7 @@ impl Search<'_> {
                             crate::report::fmt_ratio(r.worst_ratio)
                         );
                     }
-                    Ok(Some((*p, r)))
+                    Ok(Some(*kept))
                 } else {
                     Ok(None)
                 }
@@ -133,8 +162,10 @@ pub fn shrink(
         runs: 0,
         signature: None,
         quiet,
+        max_empty: super::empty_ranks(original),
+        min_ranks: original.shard_sizes.len().min(2),
     };
-    let (p0, r0) = match s.run(original)? {
+    let (p0, r0, ranks0) = match s.run(original)? {
         Run::Interrupted(sig) => return Ok(Ended::Interrupted(sig)),
         Run::TimedOut => {
             return Err(ConfError::field(
@@ -146,7 +177,7 @@ pub fn shrink(
                 ),
             ))
         }
-        Run::Judged(p, r) => (p, r),
+        Run::Judged(kept) => *kept,
     };
     let Some(sig) = Signature::of(&p0, &r0) else {
         let why = match &r0.verdict {
@@ -171,7 +202,7 @@ pub fn shrink(
         .map(|o| channel_of(original, &o.name, o.index))
         .unwrap_or(0);
     let mut cur = original.clone();
-    let mut best = (*p0, r0.clone());
+    let mut best: Kept = (p0, r0.clone(), ranks0);
     let mut first_channel = Some(worst_channel);
     let result = (|| -> std::result::Result<(), Stop> {
         for _pass in 0..4 {
@@ -221,7 +252,19 @@ pub fn shrink(
                     break;
                 }
             }
-            // 2. cells, axis by axis: drop chunks, largest first.
+            // 2. ranks (a replicated case): drop a whole rank, rows and all.
+            'ranks: loop {
+                for r in 0..cur.shard_sizes.len() {
+                    if let Some(cand) = super::drop_rank(&cur, r) {
+                        if let Some(pr) = s.attempt(&cand)? {
+                            (cur, best) = (cand, pr);
+                            continue 'ranks;
+                        }
+                    }
+                }
+                break;
+            }
+            // 3. cells, axis by axis: drop chunks, largest first.
             for axis in 0..3 {
                 let len = |c: &SuiteCase| {
                     let d = Dims::of(c.layout, &c.shape);
@@ -252,7 +295,7 @@ pub fn shrink(
                     chunk = (chunk.min(len(&cur))) / 2;
                 }
             }
-            // 3. values
+            // 4. values
             let names: Vec<&'static str> = cur.op.inputs().to_vec();
             for name in names {
                 let f = cur.dtype_of(name);
@@ -295,7 +338,7 @@ pub fn shrink(
     // The kept case under its new id: judged once more so that the result names it.
     let mut case = cur;
     case.id = format!("{}.shrunk", original.id);
-    let (p_old, r_old) = best;
+    let (p_old, r_old, rank_outputs) = best;
     let prepared = Prepared {
         case: case.clone(),
         ..p_old
@@ -313,5 +356,6 @@ pub fn shrink(
         signature: sig,
         runs: s.runs,
         command: opts.cmd.clone(),
+        rank_outputs,
     })))
 }
