@@ -287,3 +287,37 @@ fn check_exec_and_harness_errors() {
     let _ = std::fs::remove_dir_all(&d);
     let _ = std::fs::remove_dir_all(&d2);
 }
+
+/// A reader that closes stdout before bnconf writes (`bnconf kernel --list | head` with a
+/// slow bnconf) ends it quietly with 128 + SIGPIPE, not a panic and its backtrace.
+#[test]
+fn closed_stdout_ends_quietly() {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe(2) fills two fresh descriptors; the read end is closed at once and the
+    // write end handed to the child (owned, closed here when `Stdio` drops).
+    let w = unsafe {
+        assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+        libc::close(fds[0]);
+        std::os::fd::OwnedFd::from_raw_fd(fds[1])
+    };
+    let case = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../findings/jax-standardize-fast-variance/case.json");
+    for args in [
+        vec!["kernel", "--list"],
+        vec!["golden", case.to_str().unwrap()],
+    ] {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_bnconf"))
+            .args(&args)
+            .stdout(std::process::Stdio::from(w.try_clone().unwrap()))
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(141), "{args:?}: {err}");
+        assert!(
+            !err.contains("panicked") && !err.contains("error"),
+            "{args:?}: {err}"
+        );
+    }
+}

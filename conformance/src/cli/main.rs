@@ -312,8 +312,12 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
                 None => {
                     use std::io::Write;
                     let mut out = std::io::stdout().lock();
-                    out.write_all(text.as_bytes())
-                        .map_err(|e| ConfError::io(std::path::Path::new("<stdout>"), e))?;
+                    match out.write_all(text.as_bytes()) {
+                        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                            return Ok(ExitCode::from(141));
+                        }
+                        r => r.map_err(|e| ConfError::io(std::path::Path::new("<stdout>"), e))?,
+                    }
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -816,13 +820,34 @@ fn print_run_table(
     all_ok
 }
 
+/// Whether a panic is `print!`'s on a closed stdout (`bnconf shrink … | head`).
+fn is_broken_pipe(payload: &(dyn std::any::Any + Send)) -> bool {
+    let msg = payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("");
+    msg.starts_with("failed printing to stdout") && msg.contains("os error 32")
+}
+
 fn main() -> ExitCode {
+    // A reader that closes stdout early (`| head`) ends bnconf quietly, as it does other
+    // Unix tools, with 128 + SIGPIPE: print!'s panic unwinds (so temporary directories are
+    // removed on the way) and is not reported as a crash.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !is_broken_pipe(info.payload()) {
+            default_hook(info)
+        }
+    }));
     let cli = Cli::parse();
-    match run(cli) {
-        Ok(code) => code,
-        Err(e) => {
+    match std::panic::catch_unwind(move || run(cli)) {
+        Ok(Ok(code)) => code,
+        Ok(Err(e)) => {
             eprintln!("bnconf: error: {e}");
             ExitCode::from(2)
         }
+        Err(p) if is_broken_pipe(p.as_ref()) => ExitCode::from(141),
+        Err(p) => std::panic::resume_unwind(p),
     }
 }
