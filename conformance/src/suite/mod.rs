@@ -838,8 +838,7 @@ fn make_sync_stats_case(rng: &mut Rng, id: String, class: &Class, prec: Precisio
                 means[ch * r + s] = f64::NAN;
                 continue;
             }
-            let cells: Vec<QSqrt> = drawn.iter().map(|&v| q(v)).collect();
-            let (mean, e2) = exact_mean_m2(&cells);
+            let (mean, e2) = exact_mean_m2(&drawn);
             means[ch * r + s] = round_q(&mean, pdt);
             m2s[ch * r + s] = round_q(&e2, pdt);
         }
@@ -1008,9 +1007,8 @@ fn make_case_shaped(
             let (mut mean, mut m2, mut mdy, mut mdyx) =
                 (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for ch in 0..c {
-                let all: Vec<QSqrt> = xs[ch].iter().map(|&x| q(x)).collect();
-                let n = QSqrt::int(all.len() as i64);
-                let (mu_q, e2_q) = exact_mean_m2(&all);
+                let n = QSqrt::int(xs[ch].len() as i64);
+                let (mu_q, e2_q) = exact_mean_m2(&xs[ch]);
                 let (mut mu, mut e2) = (round_q(&mu_q, pdt), round_q(&e2_q, pdt));
                 if class.far_stats {
                     let sd = centers[ch].1.max(1e-3);
@@ -1032,13 +1030,10 @@ fn make_case_shaped(
                     let qq = &var + &epsq;
                     let (a, k) = if qq.signum() > 0 {
                         let r = bnconf_spec::channel::inv_std(&var, &epsq);
-                        let mut sdy = QSqrt::int(0);
-                        let mut sdyx = QSqrt::int(0);
-                        for (xv, &dv) in all.iter().zip(&dys[ch]) {
-                            let d = q(dv);
-                            sdy = sdy + &d;
-                            sdyx = sdyx + &(&d * &(&(xv - &muq) * &r));
-                        }
+                        // Σ dy·(x − mean)·r = (Σ dy·x − mean·Σ dy)·r, the sums exact.
+                        let sdy = QSqrt::rational(exact_dot(&dys[ch], None));
+                        let sdx = QSqrt::rational(exact_dot(&dys[ch], Some(&xs[ch])));
+                        let sdyx = &(&sdx - &(&muq * &sdy)) * &r;
                         (round_q(&(&sdy / &n), pdt), round_q(&(&sdyx / &n), pdt))
                     } else {
                         (0.0, 0.0)
@@ -1097,13 +1092,10 @@ fn make_case_shaped(
 }
 
 /// Exact `(mean, E[x²])` of a non-empty set of cells.
-fn exact_mean_m2(cells: &[QSqrt]) -> (QSqrt, QSqrt) {
+fn exact_mean_m2(cells: &[f64]) -> (QSqrt, QSqrt) {
     let n = QSqrt::int(cells.len() as i64);
-    let (mut s1, mut s2) = (QSqrt::int(0), QSqrt::int(0));
-    for v in cells {
-        s1 = s1 + v;
-        s2 = s2 + &(v * v);
-    }
+    let s1 = QSqrt::rational(exact_dot(cells, None));
+    let s2 = QSqrt::rational(exact_dot(cells, Some(cells)));
     (&s1 / &n, &s2 / &n)
 }
 
