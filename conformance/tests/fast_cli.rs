@@ -175,3 +175,101 @@ fn npy_errors_match_exact_path() {
     assert!(!d.join("a").join("golden.json").exists());
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// `bnconf golden CASE -o FILE` (JSON: exact strings and f64/f32/f16/bf16 hex of every
+/// element) takes the fast path and writes the exact path's bytes, with 1 and 2 threads.
+#[test]
+fn json_golden_matches_exact_path() {
+    for (i, (op, layout, shape, c, dtype, f64npy)) in [
+        ("forward", "nchw", vec![4, 3, 8, 8], 3, "f32", false),
+        ("backward", "nhwc", vec![2, 8, 8, 3], 3, "f64", true),
+        ("sync_backward", "chw", vec![2, 5, 4], 2, "f64", false),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let d = tmp(&format!("json{i}"));
+        let p = case(&d, op, layout, &shape, c, dtype, f64npy);
+        let run = |out: &str, extra: &[&str]| {
+            let o = Command::new(env!("CARGO_BIN_EXE_bnconf"))
+                .arg("golden")
+                .arg(&p)
+                .arg("-o")
+                .arg(d.join(out))
+                .args(extra)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            std::fs::read(d.join(out)).unwrap()
+        };
+        let want = run("exact.json", &["--exact-path"]);
+        for t in ["1", "2"] {
+            assert!(
+                run(&format!("fast{t}.json"), &["--threads", t]) == want,
+                "{op} {layout}: fast JSON differs from the exact path's ({t} threads)"
+            );
+        }
+        let doc: serde_json::Value = serde_json::from_slice(&want).unwrap();
+        let cell = if op == "forward" { "y" } else { "dx" };
+        for f in ["exact", "f64", "f32", "f16", "bf16"] {
+            assert_eq!(
+                doc["outputs"][cell][f].as_array().unwrap().len(),
+                shape.iter().product::<usize>(),
+                "{op}: {f}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
+
+/// The JSON fast path equals the exact path on every committed f32/f64 vector case of the
+/// ops it covers (as documents, with the f16 and bf16 arrays).
+#[test]
+fn json_fast_path_on_the_committed_vectors() {
+    use bnconf::formats::case::{read_case_file, InputLimits};
+    use bnconf::formats::golden;
+    use bnconf_spec::exact::round::FloatFormat;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors/default");
+    let d = tmp("json-vectors");
+    let fmts = [
+        FloatFormat::F64,
+        FloatFormat::F32,
+        FloatFormat::F16,
+        FloatFormat::BF16,
+    ];
+    let lim = InputLimits::default();
+    let mut n = 0;
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    for name in names {
+        let parts: Vec<&str> = name.split('.').collect();
+        let covered = [
+            "forward",
+            "backward",
+            "eval",
+            "sync_forward",
+            "sync_backward",
+        ];
+        if !covered.contains(&parts[0]) || !["f32", "f64"].contains(&parts[2]) {
+            continue;
+        }
+        let g: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join(&name)).unwrap()).unwrap();
+        let p = d.join("case.json");
+        std::fs::write(&p, g["case"].to_string()).unwrap();
+        let fast = bnconf::fast::golden_json_fast(&p, &lim, &fmts, &Default::default())
+            .unwrap()
+            .unwrap_or_else(|| panic!("{name}: the fast path does not apply"));
+        let exact = golden::golden_json(
+            &golden::compute(read_case_file(&p, &lim).unwrap()).unwrap(),
+            &fmts,
+        );
+        assert!(fast == exact, "{name}: fast JSON differs");
+        n += 1;
+    }
+    assert!(n > 700, "{n} cases");
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -302,11 +302,14 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
                 })?;
                 return Ok(ExitCode::SUCCESS);
             }
-            let c = read_case_file(&case, &limits.limits())?;
-            let g = golden::compute(c)?;
-            let text = serde_json::to_string_pretty(&golden::golden_json(&g, &fmts))
-                .expect("serializable")
-                + "\n";
+            let doc = match bnconf::fast::golden_json_fast(&case, &limits.limits(), &fmts, &fast)? {
+                Some(doc) => doc,
+                None => {
+                    let c = read_case_file(&case, &limits.limits())?;
+                    golden::golden_json(&golden::compute(c)?, &fmts)
+                }
+            };
+            let text = serde_json::to_string_pretty(&doc).expect("serializable") + "\n";
             match output {
                 Some(p) => bnconf::formats::atomic::write_bytes(&p, text.as_bytes())?,
                 None => {

@@ -22,7 +22,7 @@ pub struct FastCells {
     geom: Geometry,
     x: Vec<f64>,
     dy: Option<Vec<f64>>,
-    chans: Vec<Chan>,
+    pub(super) chans: Vec<Chan>,
 }
 
 fn to_f64s(d: &NpyData) -> Vec<f64> {
@@ -82,7 +82,7 @@ impl FastCells {
         }
     }
 
-    fn inputs_at(&self, j: usize) -> (f64, f64) {
+    pub(super) fn inputs_at(&self, j: usize) -> (f64, f64) {
         (self.x[j], self.dy.as_ref().map_or(0.0, |d| d[j]))
     }
 
@@ -101,7 +101,7 @@ impl FastCells {
     /// The cell output at flat position `j`, exactly.
     pub fn exact(&self, j: usize) -> QSqrt {
         let (x, d) = self.inputs_at(j);
-        self.chans[self.channel_of(j)].ex.value(x, d)
+        self.chans[self.channel_of(j)].exact(x, d)
     }
 
     /// The per-channel outputs (`mean`, `var`; `dgamma`, `dbeta`; none for eval and

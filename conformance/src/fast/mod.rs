@@ -40,7 +40,8 @@ use bnconf_spec::layout::Layout;
 use bnconf_spec::op::Extent;
 use bnconf_spec::{Geometry, Op, Problem, SpecError};
 use dd::{dd_div_sqrt, dd_of_rational, DD};
-use num_traits::{Signed, Zero};
+use num_bigint::BigInt;
+use num_traits::{One, Signed, Zero};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -110,6 +111,26 @@ fn promote(d: NpyData) -> NpyData {
 }
 
 impl FastProblem {
+    /// The problem of a generated case (inputs are f64 values of the case's dtypes).
+    pub fn of_suite_case(c: &crate::suite::SuiteCase) -> Result<FastProblem> {
+        let geom = Geometry::new(c.layout, &c.shape, usize::MAX)?;
+        let eps = bnconf_spec::exact::parse::parse_rational(&c.eps)
+            .map_err(|e| ConfError::field("eps", e.to_string()))?;
+        let mut cells = BTreeMap::new();
+        let mut chan = BTreeMap::new();
+        for (name, v) in &c.inputs {
+            match Op::extent(name) {
+                Extent::Cells => {
+                    cells.insert(name.clone(), NpyData::F64(v.clone()));
+                }
+                _ => {
+                    chan.insert(name.clone(), v.clone());
+                }
+            }
+        }
+        FastProblem::new(c.op, geom, eps, cells, chan)
+    }
+
     /// Assemble a problem; checks names and lengths. Mixed f32/f64 cell inputs are stored as f64.
     pub fn new(
         op: Op,
@@ -223,6 +244,91 @@ struct ExactConst {
     mu: Rational,
 }
 
+/// An affine form `(n0 + nx·x + nd·d)/den` of two binary floats with integer coefficients
+/// over one denominator: evaluated exactly with one reduction (one gcd) per element.
+#[derive(Clone, Debug)]
+struct IntAffine {
+    n0: BigInt,
+    nx: BigInt,
+    nd: BigInt,
+    den: BigInt,
+}
+
+/// `x = mant·2^exp` exactly, `mant` an integer (finite `x`).
+fn float_parts(x: f64) -> (i64, i64) {
+    let b = x.to_bits();
+    let (e, f) = (((b >> 52) & 0x7ff) as i64, (b & ((1 << 52) - 1)) as i64);
+    let (m, ex) = if e == 0 {
+        (f, -1074)
+    } else {
+        (f | (1 << 52), e - 1075)
+    };
+    (if x.is_sign_negative() { -m } else { m }, ex)
+}
+
+impl IntAffine {
+    fn new(k0: &Rational, kx: &Rational, kd: &Rational) -> IntAffine {
+        use num_integer::Integer;
+        let den = k0.denom().lcm(kx.denom()).lcm(kd.denom());
+        let scaled = |k: &Rational| k.numer() * (&den / k.denom());
+        IntAffine {
+            n0: scaled(k0),
+            nx: scaled(kx),
+            nd: scaled(kd),
+            den,
+        }
+    }
+
+    fn eval(&self, x: f64, d: f64) -> Rational {
+        let ((mx, ex), (md, ed)) = (float_parts(x), float_parts(d));
+        let e = 0
+            .min(if self.nx.is_zero() { 0 } else { ex })
+            .min(if self.nd.is_zero() { 0 } else { ed });
+        let mut num = &self.n0 << (-e) as usize;
+        if !self.nx.is_zero() && mx != 0 {
+            num += (&self.nx * mx) << (ex - e) as usize;
+        }
+        if !self.nd.is_zero() && md != 0 {
+            num += (&self.nd * md) << (ed - e) as usize;
+        }
+        Rational::new(num, &self.den << (-e) as usize)
+    }
+}
+
+/// [`ExactConst`] as integer affine forms: `a = P + cx_rat·(x − μ)` and
+/// `b = (gd_r·(d − A) + cx_irr·(x − μ))/q`, so that the cell output is `a + b·sqrt(q)`;
+/// `unit = sqrt(q)` as a [`QSqrt`] (rational when q is a square).
+#[derive(Clone, Debug)]
+struct ExactForms {
+    a: IntAffine,
+    b: IntAffine,
+    unit: QSqrt,
+}
+
+impl ExactForms {
+    fn new(c: &ExactConst) -> ExactForms {
+        let zero = Rational::zero();
+        let a = IntAffine::new(&(&c.p - &c.cx_rat * &c.mu), &c.cx_rat, &zero);
+        let b0 = -(&c.gd_r * &c.a + &c.cx_irr * &c.mu) / &c.q;
+        let b = IntAffine::new(&b0, &(&c.cx_irr / &c.q), &(&c.gd_r / &c.q));
+        ExactForms {
+            a,
+            b,
+            unit: QSqrt::new(Rational::zero(), Rational::one(), c.q.clone()),
+        }
+    }
+
+    fn value(&self, x: f64, d: f64) -> QSqrt {
+        let (a, b) = (self.a.eval(x, d), self.b.eval(x, d));
+        if self.unit.is_rational() {
+            // q is a square: sqrt(q) is rational.
+            QSqrt::rational(a + b * self.unit.a())
+        } else {
+            QSqrt::with_radicand_of(a, b, &self.unit)
+        }
+    }
+}
+
 /// Double-double images of the constants (`Gd = gd_r/sqrt(q)`, `Cx = cx_rat + cx_irr/sqrt(q)`).
 #[derive(Clone, Copy, Debug)]
 struct DdConst {
@@ -243,7 +349,11 @@ struct DdConst {
 
 #[derive(Clone, Debug)]
 struct Chan {
+    /// The constants (kept for the tests of `forms`).
+    #[cfg_attr(not(test), allow(dead_code))]
     ex: ExactConst,
+    /// `ex` as integer forms (what [`Chan::exact`] evaluates).
+    forms: ExactForms,
     dd: DdConst,
     /// Per-channel outputs, exact.
     outs: Vec<QSqrt>,
@@ -308,7 +418,17 @@ impl DdConst {
     }
 }
 
+impl Chan {
+    /// The exact cell output at inputs `x`, `d` (the integer forms: one gcd per part).
+    fn exact(&self, x: f64, d: f64) -> QSqrt {
+        self.forms.value(x, d)
+    }
+}
+
 impl ExactConst {
+    /// The exact cell output by rational arithmetic (the reference [`ExactForms::value`] is
+    /// tested against).
+    #[cfg_attr(not(test), allow(dead_code))]
     fn value(&self, x: f64, d: f64) -> QSqrt {
         let t = rat(x) - &self.mu;
         let a = &self.p + &self.cx_rat * &t;
@@ -547,6 +667,7 @@ fn channel_consts(p: &FastProblem, c: usize, s: &Sums) -> Result<Chan> {
     let has_d = matches!(p.op, Op::Backward | Op::SyncBackward);
     Ok(Chan {
         dd: DdConst::new(&ex, has_d),
+        forms: ExactForms::new(&ex),
         ex,
         outs,
     })
@@ -715,7 +836,7 @@ fn cells_chunk<T: Cell, P: dd::Prod>(
                 (Some(a), Some(b)) => (a, b),
                 _ => {
                     fb += 1;
-                    let ex = ch.ex.value(xv, dv);
+                    let ex = ch.exact(xv, dv);
                     (
                         r64.unwrap_or_else(|| round(&ex, FloatFormat::F64).to_f64()),
                         r32.unwrap_or_else(|| round(&ex, FloatFormat::F32).to_f64() as f32),
@@ -994,6 +1115,135 @@ pub fn golden_out_dir(
     Ok(Some(stats))
 }
 
+/// The [`Rounded`](bnconf_spec::exact::round::Rounded) of a float that is exactly
+/// representable in `f` (f64 or f32; its hex string is then the exact path's).
+pub fn rounded_of(x: f64, f: FloatFormat) -> bnconf_spec::exact::round::Rounded {
+    let neg = x.is_sign_negative();
+    let (mant, exp) = match f {
+        FloatFormat::F32 => {
+            let b = (x as f32).to_bits();
+            let (e, fr) = (((b >> 23) & 0xff) as i64, (b & 0x7f_ffff) as u64);
+            if e == 0 {
+                (fr, -149)
+            } else {
+                (fr | (1 << 23), e - 150)
+            }
+        }
+        _ => {
+            let b = x.to_bits();
+            let (e, fr) = (((b >> 52) & 0x7ff) as i64, b & ((1 << 52) - 1));
+            if e == 0 {
+                (fr, -1074)
+            } else {
+                (fr | (1 << 52), e - 1075)
+            }
+        }
+    };
+    let inf = x.is_infinite();
+    bnconf_spec::exact::round::Rounded {
+        format: f,
+        neg,
+        mant: if inf || mant == 0 { 0 } else { mant },
+        exp: if inf || mant == 0 { 0 } else { exp },
+        inf,
+    }
+}
+
+/// Whether a finite `r` is a midpoint of format `f` (p bits): an odd multiple of half the
+/// quantum of `f` in `r`'s binade (the boundary of overflow, `max + ulp/2`, included).
+/// Rounding to `f` through f64 is exact elsewhere: when `r = RN64(v)` is not such a
+/// midpoint, no midpoint of `f` (each one an f64) lies between `v` and `r` — it would be an
+/// f64 nearer to `v` than `r` — so `RN_f(v) = RN_f(r)`.
+pub fn is_midpoint(r: f64, f: FloatFormat) -> bool {
+    if r == 0.0 || !r.is_finite() {
+        return false;
+    }
+    let (mant, exp) = float_parts(r);
+    let m = mant.unsigned_abs();
+    let low = exp + m.trailing_zeros() as i64; // exponent of the lowest set bit
+    let lead = exp + 63 - m.leading_zeros() as i64; // exponent of the leading bit
+    let quantum = lead.max(f.emin()) - (f.precision() as i64 - 1);
+    low == quantum - 1
+}
+
+/// The correct rounding to `f` (f16, bf16) of a value whose correct f64 rounding is `r`
+/// (finite, not a midpoint of `f`: [`is_midpoint`]); `None` otherwise.
+pub fn round_via_f64(r: f64, f: FloatFormat) -> Option<bnconf_spec::exact::round::Rounded> {
+    if !r.is_finite() || is_midpoint(r, f) {
+        return None;
+    }
+    Some(round_rational(&rat(r), f))
+}
+
+/// `bnconf golden CASE` (a JSON golden, to stdout or `-o`) by the fast path: the same
+/// document, byte for byte, as [`crate::formats::golden::golden_json`] of the exact path —
+/// the exact strings from the per-channel constants ([`cells::FastCells::exact`]: a few
+/// rational operations per element instead of the op's), the f64/f32 hex strings from
+/// [`compute`]'s correct roundings. `Ok(None)` where it does not apply (dtype f16/bf16,
+/// values that are not binary64, an op it does not cover, disabled by `--exact-path`) or
+/// where the case is refused (the exact path then reports, with its own message).
+pub fn golden_json_fast(
+    path: &Path,
+    lim: &InputLimits,
+    formats: &[FloatFormat],
+    args: &FastArgs,
+) -> Result<Option<Value>> {
+    if args.exact_path {
+        return Ok(None);
+    }
+    with_threads(args.threads, || -> Result<Option<Value>> {
+        let Some((_, fp)) = read_fast_case(path, lim)? else {
+            return Ok(None);
+        };
+        // The echo, and every check of the case file, as the exact path reads it.
+        let case = crate::formats::case::read_case_file(path, lim)?;
+        let (Ok(fc), Ok(out)) = (cells::FastCells::new(&fp), compute(&fp, false)) else {
+            return Ok(None);
+        };
+        let chan = fc.channel_outputs();
+        let cell_name = fp.op.outputs()[0];
+        let doc = crate::formats::golden::golden_json_with(&case, formats, |name, f| {
+            let k = fp
+                .op
+                .outputs()
+                .iter()
+                .position(|&n| n == name)
+                .expect("an output");
+            let (_, f64s, f32s) = out
+                .outputs
+                .iter()
+                .find(|o| o.0 == name)
+                .expect("compute gives every output");
+            match f {
+                None if name == cell_name => (0..fc.len())
+                    .into_par_iter()
+                    .map(|j| fc.exact(j).to_string())
+                    .collect(),
+                None => chan[k - 1].iter().map(|v| v.to_string()).collect(),
+                Some(FloatFormat::F64) => f64s
+                    .par_iter()
+                    .map(|&v| rounded_of(v, FloatFormat::F64).to_hex())
+                    .collect(),
+                Some(FloatFormat::F32) => f32s
+                    .par_iter()
+                    .map(|&v| rounded_of(v as f64, FloatFormat::F32).to_hex())
+                    .collect(),
+                // f16, bf16: from the correct f64 rounding (exact unless it is a midpoint).
+                Some(f) if name == cell_name => f64s
+                    .par_iter()
+                    .enumerate()
+                    .map(|(j, &r)| match round_via_f64(r, f) {
+                        Some(v) => v.to_hex(),
+                        None => round(&fc.exact(j), f).to_hex(),
+                    })
+                    .collect(),
+                Some(f) => chan[k - 1].iter().map(|v| round(v, f).to_hex()).collect(),
+            }
+        });
+        Ok(Some(doc))
+    })?
+}
+
 /// Phase timings on stderr when `BNCONF_TIMING` is set (for performance work).
 struct Timer(Option<std::cell::Cell<std::time::Instant>>);
 
@@ -1038,4 +1288,120 @@ pub fn golden_cli(case: &Path, lim: &InputLimits, dir: &Path, args: &FastArgs) -
     }
     let done = with_threads(args.threads, || golden_out_dir(case, lim, dir, true))??;
     Ok(done.is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Midpoints of f16/bf16 found at the binades' quanta, subnormals and the overflow
+    /// boundary included; and rounding through f64 equals direct rounding for values within
+    /// half an f64 ulp of a non-midpoint (and can differ at a midpoint: the test is needed).
+    #[test]
+    fn half_rounding_through_f64() {
+        let p2 = |e: i32| 2f64.powi(e);
+        for (r, f, want) in [
+            (1.0 + p2(-11), FloatFormat::F16, true),
+            (1.0 + p2(-10), FloatFormat::F16, false),
+            (1.0 + 3.0 * p2(-11), FloatFormat::F16, true),
+            (1.0 + p2(-12), FloatFormat::F16, false),
+            (65520.0, FloatFormat::F16, true),
+            (65504.0, FloatFormat::F16, false),
+            (p2(-25), FloatFormat::F16, true),
+            (3.0 * p2(-25), FloatFormat::F16, true),
+            (p2(-26), FloatFormat::F16, false),
+            (-(1.0 + p2(-8)), FloatFormat::BF16, true),
+            (1.0 + p2(-7), FloatFormat::BF16, false),
+            (p2(-134), FloatFormat::BF16, true),
+            (0.0, FloatFormat::F16, false),
+        ] {
+            assert_eq!(is_midpoint(r, f), want, "{r:e} in {}", f.name());
+        }
+        // v = r ± δ, |δ| below half an f64 ulp of r.
+        let mut rng = crate::suite::Rng::new(7);
+        let (mut checked, mut differ_at_mid) = (0, 0);
+        for i in 0..20_000 {
+            let f = if i % 2 == 0 {
+                FloatFormat::F16
+            } else {
+                FloatFormat::BF16
+            };
+            // values on f's midpoint grid half of the time
+            let e = (rng.range(-30.0, 20.0)) as i32;
+            let base = rng.range(1.0, 2.0) * p2(e);
+            let r = if i % 4 < 2 {
+                let q = p2((e.max(f.emin() as i32)) - (f.precision() as i32 - 1));
+                ((base / q).floor() + 0.5) * q
+            } else {
+                base
+            };
+            // a quarter f64 ulp of r: RN64(r ± δ) = r
+            let (m, ex) = float_parts(r);
+            let lead = ex + 63 - m.unsigned_abs().leading_zeros() as i64;
+            let d = rat(p2(lead as i32 - 54));
+            for delta in [d.clone(), -d] {
+                let v = rat(r) + &delta;
+                let direct = round_rational(&v, f);
+                match round_via_f64(r, f) {
+                    Some(via) => {
+                        assert_eq!(via, direct, "{r:e} + δ in {}", f.name());
+                        checked += 1;
+                    }
+                    None => differ_at_mid += (round_rational(&rat(r), f) != direct) as u32,
+                }
+            }
+        }
+        assert!(
+            checked > 5_000 && differ_at_mid > 100,
+            "{checked} {differ_at_mid}"
+        );
+    }
+
+    /// The integer forms give exactly the rational arithmetic's value (same `QSqrt`, same
+    /// string) for every cell of the default suite's cases the fast path covers, f32 and f64,
+    /// and at extreme inputs (zeros, subnormals, huge values).
+    #[test]
+    fn integer_forms_equal_the_rational_form() {
+        let s = crate::suite::generate(
+            "default",
+            &[FloatFormat::F32, FloatFormat::F64],
+            crate::suite::DEFAULT_SEED,
+            &crate::suite::Filter::default(),
+        )
+        .unwrap();
+        let extremes = [0.0, -0.0, 5e-324, -2.5e-310, 1e300, -3.0e-7, 1.5, 7.0e15];
+        let (mut cases, mut cells) = (0, 0);
+        for c in s.cases.iter().filter(|c| covers(c.op)) {
+            let Ok(fp) = FastProblem::of_suite_case(c) else {
+                continue;
+            };
+            let Ok(fc) = cells::FastCells::new(&fp) else {
+                continue;
+            };
+            cases += 1;
+            for j in 0..fc.len() {
+                let chan = &fc.chans[fc.channel_of(j)];
+                let (x, d) = fc.inputs_at(j);
+                let (want, got) = (chan.ex.value(x, d), chan.exact(x, d));
+                assert_eq!(want, got, "{} cell {j}", c.id);
+                assert_eq!(want.to_string(), got.to_string(), "{} cell {j}", c.id);
+                cells += 1;
+            }
+            let chan = &fc.chans[0];
+            for &x in &extremes {
+                for &d in &extremes {
+                    assert_eq!(
+                        chan.ex.value(x, d),
+                        chan.exact(x, d),
+                        "{} at ({x}, {d})",
+                        c.id
+                    );
+                }
+            }
+        }
+        assert!(
+            cases > 500 && cells > 20_000,
+            "{cases} cases, {cells} cells"
+        );
+    }
 }

@@ -107,22 +107,34 @@ pub fn provenance() -> Value {
 
 /// The golden document with per-element arrays: `exact` plus the given float formats.
 pub fn golden_json(g: &Golden, formats: &[FloatFormat]) -> Value {
-    let mut outs = Map::new();
-    for (&name, vals) in &g.outputs {
-        let mut o = Map::new();
-        o.insert("shape".into(), json!(tensor_shape(&g.case, name)));
-        let exact: Vec<String> = vals.par_iter().map(|v| v.to_string()).collect();
-        o.insert("exact".into(), json!(exact));
-        for &f in formats {
-            o.insert(f.name().into(), json!(rounded_hex(vals, f)));
+    golden_json_with(&g.case, formats, |name, f| {
+        let vals = &g.outputs[name];
+        match f {
+            None => vals.par_iter().map(|v| v.to_string()).collect(),
+            Some(f) => rounded_hex(vals, f),
         }
-        outs.insert(name.to_string(), Value::Object(o));
-    }
+    })
+}
+
+/// The golden document of `case` from its outputs' strings: `strings(name, None)` the exact
+/// values, `strings(name, Some(f))` the hex strings of their correct roundings to `f` (so the
+/// fast path, [`crate::fast::golden_json_fast`], writes the same bytes as [`golden_json`]).
+pub fn golden_json_with(
+    case: &Case,
+    formats: &[FloatFormat],
+    strings: impl Fn(&str, Option<FloatFormat>) -> Vec<String>,
+) -> Value {
     let mut ordered = Map::new();
-    for &name in g.case.problem.op.outputs() {
-        ordered.insert(name.to_string(), outs.remove(name).unwrap_or(Value::Null));
+    for &name in case.problem.op.outputs() {
+        let mut o = Map::new();
+        o.insert("shape".into(), json!(tensor_shape(case, name)));
+        o.insert("exact".into(), json!(strings(name, None)));
+        for &f in formats {
+            o.insert(f.name().into(), json!(strings(name, Some(f))));
+        }
+        ordered.insert(name.to_string(), Value::Object(o));
     }
-    json!({"format": "bnconf-golden/1", "case": case_json(&g.case), "outputs": Value::Object(ordered), "provenance": provenance()})
+    json!({"format": "bnconf-golden/1", "case": case_json(case), "outputs": Value::Object(ordered), "provenance": provenance()})
 }
 
 /// `--out-dir` mode: `DIR/<output>.f64.npy`, `DIR/<output>.f32.npy` and `DIR/golden.json`

@@ -50,23 +50,9 @@ pub fn judged_fast(c: &SuiteCase) -> bool {
 /// The fast preparation of a large case; `None` where it does not apply (then the exact path
 /// runs and reports any error in the case, as for small cases).
 fn prepare_fast(c: &SuiteCase) -> Option<Prepared> {
-    use crate::fast::FastProblem;
-    use crate::formats::npy::NpyData;
     let geom = bnconf_spec::Geometry::new(c.layout, &c.shape, usize::MAX).expect("valid");
     let eps = bnconf_spec::exact::parse::parse_rational(&c.eps).expect("generated eps");
-    let mut cells = BTreeMap::new();
-    let mut chan = BTreeMap::new();
-    for (name, v) in &c.inputs {
-        match bnconf_spec::Op::extent(name) {
-            bnconf_spec::op::Extent::Cells => {
-                cells.insert(name.clone(), NpyData::F64(v.clone()));
-            }
-            _ => {
-                chan.insert(name.clone(), v.clone());
-            }
-        }
-    }
-    let fp = FastProblem::new(c.op, geom.clone(), eps.clone(), cells, chan).ok()?;
+    let fp = crate::fast::FastProblem::of_suite_case(c).ok()?;
     let fc = crate::fast::cells::FastCells::new(&fp).ok()?;
     let budgets = budget::budgets_bound_f64(c.op, &geom, &eps, &c.inputs).ok()?;
     let mut golden = Outputs::new();

@@ -227,21 +227,7 @@ pub fn module_text(c: &SuiteCase) -> String {
 /// The correctly rounded outputs of a case in its dtype (the fast exact path, bit-identical to
 /// the exact one), by output name.
 pub fn golden(c: &SuiteCase) -> Result<BTreeMap<&'static str, Vec<f64>>> {
-    let geom = Geometry::new(c.layout, &c.shape, usize::MAX).expect("generated shape is valid");
-    let eps = parse_rational(&c.eps).expect("generated eps is valid");
-    let mut cells = BTreeMap::new();
-    let mut chan = BTreeMap::new();
-    for (name, v) in &c.inputs {
-        match Op::extent(name) {
-            Extent::Cells => {
-                cells.insert(name.clone(), NpyData::F64(v.clone()));
-            }
-            _ => {
-                chan.insert(name.clone(), v.clone());
-            }
-        }
-    }
-    let fp = crate::fast::FastProblem::new(c.op, geom, eps, cells, chan)?;
+    let fp = crate::fast::FastProblem::of_suite_case(c)?;
     let out = crate::fast::compute(&fp, false)?;
     Ok(out
         .outputs

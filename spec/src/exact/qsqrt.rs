@@ -50,6 +50,25 @@ impl QSqrt {
         }
     }
 
+    /// `a + b·sqrt(d)` with the radicand `d` of `like`, an irrational value (`like.d()` is
+    /// `Some`), without testing `d` for a rational square again: what [`QSqrt::new`] gives
+    /// for the same `d`, for callers that build many values of one field (panics when `b`
+    /// is not zero and `like` is rational).
+    pub fn with_radicand_of(a: Rational, b: Rational, like: &QSqrt) -> Self {
+        if b.is_zero() {
+            return Self::rational(a);
+        }
+        let d = like
+            .d
+            .as_ref()
+            .expect("with_radicand_of: an irrational `like`");
+        QSqrt {
+            a,
+            b,
+            d: Some(d.clone()),
+        }
+    }
+
     /// `sqrt(self)` for a positive rational `self` (panics otherwise: the callers check (C1)).
     pub fn sqrt_of_rational(&self) -> Self {
         assert!(
