@@ -1197,12 +1197,25 @@ pub fn golden_json_fast(
         };
         // The echo, and every check of the case file, as the exact path reads it.
         let case = crate::formats::case::read_case_file(path, lim)?;
-        let (Ok(fc), Ok(out)) = (cells::FastCells::new(&fp), compute(&fp, false)) else {
-            return Ok(None);
+        Ok(golden_json_of(&case, &fp, formats))
+    })?
+}
+
+/// The JSON golden of `case` (whose inputs `fp` holds as floats) by the fast path, as
+/// [`golden_json_fast`]; `None` where the fast path refuses the case (the exact path then
+/// reports).
+pub fn golden_json_of(
+    case: &crate::formats::case::Case,
+    fp: &FastProblem,
+    formats: &[FloatFormat],
+) -> Option<Value> {
+    {
+        let (Ok(fc), Ok(out)) = (cells::FastCells::new(fp), compute(fp, false)) else {
+            return None;
         };
         let chan = fc.channel_outputs();
         let cell_name = fp.op.outputs()[0];
-        let doc = crate::formats::golden::golden_json_with(&case, formats, |name, f| {
+        let doc = crate::formats::golden::golden_json_with(case, formats, |name, f| {
             let k = fp
                 .op
                 .outputs()
@@ -1240,8 +1253,8 @@ pub fn golden_json_fast(
                 Some(f) => chan[k - 1].iter().map(|v| round(v, f).to_hex()).collect(),
             }
         });
-        Ok(Some(doc))
-    })?
+        Some(doc)
+    }
 }
 
 /// Phase timings on stderr when `BNCONF_TIMING` is set (for performance work).

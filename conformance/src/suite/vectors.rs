@@ -125,10 +125,24 @@ pub fn generate_in(seed: u64, precisions: &[suite::Precision]) -> Result<Vec<Vec
     let mut files: Vec<VectorFile> = cases
         .par_iter()
         .map(|c| -> Result<VectorFile> {
-            let g = golden::compute(c.to_case())?;
+            let (case, formats) = (c.to_case(), formats_of(c.precision()));
+            // The fast path where it applies (f32/f64 cases of the ops it covers: the same
+            // bytes, tests/fast_cli.rs), the exact path for the rest.
+            let fast = match (c.precision().is_mixed(), c.dtype) {
+                (false, FloatFormat::F32 | FloatFormat::F64) if crate::fast::covers(c.op) => {
+                    crate::fast::FastProblem::of_suite_case(c)
+                        .ok()
+                        .and_then(|fp| crate::fast::golden_json_of(&case, &fp, &formats))
+                }
+                _ => None,
+            };
+            let doc = match fast {
+                Some(doc) => doc,
+                None => golden::golden_json(&golden::compute(case)?, &formats),
+            };
             Ok(VectorFile {
                 path: format!("{SUITE}/{}.json", c.id),
-                bytes: pretty(&golden::golden_json(&g, &formats_of(c.precision()))),
+                bytes: pretty(&doc),
             })
         })
         .collect::<Result<_>>()?;
