@@ -230,13 +230,7 @@ mod tests {
     /// `locals` shortcuts), on backward cases of every split, an empty rank included.
     #[test]
     fn locals_are_sync_backward_on_the_shard() {
-        let s = crate::suite::generate(
-            "replicated",
-            &[FloatFormat::F32],
-            crate::suite::DEFAULT_SEED,
-            &crate::suite::Filter::default(),
-        )
-        .unwrap();
+        let s = crate::suite::test_suite("replicated", &[FloatFormat::F32]);
         let cases: Vec<&SuiteCase> = s
             .cases
             .iter()

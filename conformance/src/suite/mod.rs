@@ -665,6 +665,12 @@ pub fn generate(name: &str, dtypes: &[FloatFormat], seed: u64, filter: &Filter) 
     generate_in(name, &precs, seed, filter)
 }
 
+/// A suite at the default seed, unfiltered (for the unit tests).
+#[cfg(test)]
+pub(crate) fn test_suite(name: &str, dtypes: &[FloatFormat]) -> Suite {
+    generate(name, dtypes, DEFAULT_SEED, &Filter::default()).expect("known suite")
+}
+
 /// Generate suite `name` in the precisions given. A mixed precision's cases are drawn as the
 /// activations' dtype's (same classes, same random stream as that dtype's suite) with every
 /// per-channel input rounded to the parameters' dtype instead.
