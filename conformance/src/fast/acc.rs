@@ -130,6 +130,15 @@ impl SuperAcc {
         );
     }
 
+    /// Add `v * 2^e` exactly (`|v| < 2^106`, `EMIN <= e <= 1942`; zero costs nothing).
+    #[inline]
+    pub fn add_scaled(&mut self, v: i128, e: i32) {
+        if v != 0 {
+            self.reserve(1);
+            self.add_raw(v.unsigned_abs(), e, v < 0);
+        }
+    }
+
     /// Carry-propagate: every limb but the last in `[0, 2^32)`.
     fn normalise(&mut self) {
         let mut carry: i64 = 0;
@@ -165,6 +174,87 @@ impl SuperAcc {
         let mag = BigInt::from_biguint(Sign::Plus, BigUint::new(digits));
         let v = mag + (BigInt::from(carry) << (32 * LIMBS));
         mul_pow2(&Rational::from_integer(v), EMIN as i64)
+    }
+}
+
+/// A finite f32 (its bits) as `(±m, e)` with `x = ±m * 2^(e - 150)`, `m < 2^24`,
+/// `1 <= e <= 254`: the biased exponent, subnormals (and zero) taking that of the least
+/// normal binade. No branches.
+#[inline(always)]
+pub fn split_f32(bits: u32) -> (i64, usize) {
+    let ef = (bits >> 23) & 0xff;
+    let m = ((bits & 0x7f_ffff) | (((ef != 0) as u32) << 23)) as i64;
+    let neg = (bits >> 31) as i64; // 0 or 1
+    ((m ^ -neg) + neg, (ef + (ef == 0) as u32) as usize)
+}
+
+/// Exact sums of up to 2^20 f32 values, their squares and their products with a second
+/// value, kept as integer mantissa sums per exponent (one `add` per sum and element, no
+/// shifting): `s1[e] = Σ ±m` over the values of exponent `e`, `s2[e] = Σ m²` (the square of
+/// `±m 2^(e-150)` is `m² 2^(2e-300)`), `sdx[e + e'] = Σ ±m ±m'`. Bounds for 2^20 values:
+/// `|s1| < 2^44`, `s2`, `|sdx| < 2^68`. [`F32Buckets::flush`] moves them into
+/// superaccumulators (exactly) and clears them.
+pub struct F32Buckets {
+    s1: Box<[i64; 256]>,
+    s2: Box<[i128; 256]>,
+    sd: Box<[i64; 256]>,
+    sdx: Box<[i128; 512]>,
+}
+
+/// Values an [`F32Buckets`] takes between two flushes.
+pub const F32_BUCKET_PIECE: usize = 1 << 20;
+
+impl Default for F32Buckets {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl F32Buckets {
+    /// Empty.
+    pub fn new() -> Self {
+        F32Buckets {
+            s1: Box::new([0; 256]),
+            s2: Box::new([0; 256]),
+            sd: Box::new([0; 256]),
+            sdx: Box::new([0; 512]),
+        }
+    }
+
+    /// Add `x` to `s1` and `x²` to `s2` (the bits of a finite f32).
+    #[inline(always)]
+    pub fn add_x(&mut self, x: u32) {
+        let (m, e) = split_f32(x);
+        self.s1[e] += m;
+        self.s2[e] += (m * m) as i128;
+    }
+
+    /// Add `d` to `sd` and `d·x` to `sdx` (the bits of finite f32 values).
+    #[inline(always)]
+    pub fn add_dx(&mut self, d: u32, x: u32) {
+        let (md, ed) = split_f32(d);
+        let (mx, ex) = split_f32(x);
+        self.sd[ed] += md;
+        self.sdx[(ed + ex) & 511] += (md * mx) as i128;
+    }
+
+    /// Add the sums to `s1`, `s2`, `sd`, `sdx` exactly, and clear them.
+    pub fn flush(
+        &mut self,
+        s1: &mut SuperAcc,
+        s2: &mut SuperAcc,
+        sd: &mut SuperAcc,
+        sdx: &mut SuperAcc,
+    ) {
+        for e in 0..256 {
+            let sc = e as i32 - 150;
+            s1.add_scaled(std::mem::take(&mut self.s1[e]) as i128, sc);
+            s2.add_scaled(std::mem::take(&mut self.s2[e]), 2 * sc);
+            sd.add_scaled(std::mem::take(&mut self.sd[e]) as i128, sc);
+        }
+        for e in 0..512 {
+            sdx.add_scaled(std::mem::take(&mut self.sdx[e]), e as i32 - 300);
+        }
     }
 }
 
@@ -206,6 +296,52 @@ mod tests {
         m.merge(&a);
         m.merge(&p);
         assert_eq!(m.to_rational(), s + sp);
+        // The f32 buckets against the same sums one value at a time.
+        let f32s = [
+            1.0f32,
+            -0.5,
+            f32::MAX,
+            -f32::MAX,
+            f32::MIN_POSITIVE,
+            1e-45,
+            -1e-45,
+            -1.1754942e-38, // the largest subnormal
+            0.1,
+            3.0e38,
+            -2.5e-30,
+            0.0,
+            -0.0,
+        ];
+        let (mut b1, mut b2, mut bd, mut bdx) = (
+            SuperAcc::new(),
+            SuperAcc::new(),
+            SuperAcc::new(),
+            SuperAcc::new(),
+        );
+        let (mut r1, mut r2, mut rd, mut rdx) = (
+            SuperAcc::new(),
+            SuperAcc::new(),
+            SuperAcc::new(),
+            SuperAcc::new(),
+        );
+        let mut b = F32Buckets::new();
+        for round in 0..2 {
+            for (i, &x) in f32s.iter().enumerate() {
+                let d = f32s[(i * 5 + round + 1) % f32s.len()];
+                b.add_x(x.to_bits());
+                b.add_dx(d.to_bits(), x.to_bits());
+                let (x, d) = (x as f64, d as f64);
+                r1.add(x);
+                r2.add_product(x, x);
+                rd.add(d);
+                rdx.add_product(d, x);
+            }
+            b.flush(&mut b1, &mut b2, &mut bd, &mut bdx);
+        }
+        assert_eq!(b1.to_rational(), r1.to_rational());
+        assert_eq!(b2.to_rational(), r2.to_rational());
+        assert_eq!(bd.to_rational(), rd.to_rational());
+        assert_eq!(bdx.to_rational(), rdx.to_rational());
         let mut big = SuperAcc::new();
         big.add_product(f64::MAX, f64::MAX);
         big.add_product(f64::MAX, f64::MAX);

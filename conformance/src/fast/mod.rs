@@ -5,7 +5,9 @@
 //! case values of dtype f32/f64). Method:
 //!
 //! 1. **Exact sums** per channel of `x`, `x²`, `dy`, `dy·x` in a fixed-point superaccumulator
-//!    ([`acc::SuperAcc`]): one pass, no allocation per element.
+//!    ([`acc::SuperAcc`]): one pass, no allocation per element. f32 data first sums integer
+//!    mantissas per exponent ([`acc::F32Buckets`]: one integer `add` per sum and element),
+//!    flushed into the superaccumulators every 2^20 values.
 //! 2. **Exact per-channel rationals** from those sums (`mean = S1/m`,
 //!    `var = (m S2 − S1²)/m²`, `q = var + eps`, ...). Every cell output of every op is then
 //!    `P + Gd·(dy − A) + Cx·(x − μ)` with per-channel constants, where `Gd` and `Cx` are a
@@ -16,6 +18,10 @@
 //!    interval `[v − err, v + err]` rounds to one float, that float is the correctly rounded
 //!    result; otherwise (near a midpoint, near zero, out of range) the element is computed by
 //!    the exact path: its `a + b·sqrt(q)` is built and rounded by `spec` (Ziv's strategy).
+//!    Contiguous runs of a channel go through a branch-free block kernel
+//!    (`block_approx`, the same arithmetic), which the compiler vectorises (AVX2 + FMA where
+//!    the CPU has them, chosen at run time); the exact path then takes the block's
+//!    undecided elements.
 //! 4. Per-channel outputs (`mean`, `var`, `dgamma`, `dbeta`) are built exactly and rounded by
 //!    `spec`.
 //!
@@ -49,19 +55,33 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// An element type of cell data (exactly convertible to f64).
 pub trait Cell: Copy + Send + Sync {
+    /// Whether the type is f32 (whose exact sums take [`acc::F32Buckets`]).
+    const IS_F32: bool;
     /// The value as f64 (exact).
     fn to_f64(self) -> f64;
+    /// The bits of an f32 (`IS_F32` only).
+    fn f32_bits(self) -> u32;
 }
 impl Cell for f32 {
+    const IS_F32: bool = true;
     #[inline(always)]
     fn to_f64(self) -> f64 {
         self as f64
     }
+    #[inline(always)]
+    fn f32_bits(self) -> u32 {
+        self.to_bits()
+    }
 }
 impl Cell for f64 {
+    const IS_F32: bool = false;
     #[inline(always)]
     fn to_f64(self) -> f64 {
         self
+    }
+    #[inline(always)]
+    fn f32_bits(self) -> u32 {
+        unreachable!("f32_bits of an f64")
     }
 }
 
@@ -406,10 +426,20 @@ impl DdConst {
     /// [`DdConst::approx`] with the exact products formed by `P` (same result).
     #[inline(always)]
     fn approx_by<P: dd::Prod>(&self, x: f64, d: f64) -> (DD, f64) {
+        if self.has_d {
+            self.approx_with::<P, true>(x, d)
+        } else {
+            self.approx_with::<P, false>(x, d)
+        }
+    }
+
+    /// [`DdConst::approx_by`] for an op with (`HAS_D`) or without a `dy` term.
+    #[inline(always)]
+    fn approx_with<P: dd::Prod, const HAS_D: bool>(&self, x: f64, d: f64) -> (DD, f64) {
         let t = DD::from_f64(x) + -self.mu;
         let mut v = self.cx.mul_by::<P>(t) + self.p;
         let mut mag = self.cx_abs * (x.abs() + self.mu_abs) + self.p_abs;
-        if self.has_d {
+        if HAS_D {
             let s = DD::from_f64(d) + -self.a;
             v = v + self.gd.mul_by::<P>(s);
             mag += self.gd_abs * (d.abs() + self.a_abs);
@@ -441,60 +471,15 @@ impl ExactConst {
 /// whole interval rounds to one float (and it is normal, not near overflow).
 #[inline(always)]
 pub fn decide_f64(v: DD, err: f64) -> Option<f64> {
-    let h = v.hi;
-    let a = h.abs();
-    if !(a > 9.332636185032189e-302 && a < 1.0715086071862673e301) {
-        return None; // outside [2^-1000, 2^1000] (or NaN)
-    }
-    let bits = a.to_bits();
-    let ef = bits >> 52;
-    let frac = bits & ((1u64 << 52) - 1);
-    let ulp = f64::from_bits((ef - 52) << 52);
-    let below = if frac == 0 { ulp * 0.5 } else { ulp };
-    let half = below * (0.5 - 1.0 / 1099511627776.0); // (1/2)(1 - 2^-39)
-    if v.lo.abs() + err < half {
-        Some(h)
-    } else {
-        None
-    }
+    decides_f64(v, err).then_some(v.hi)
 }
 
 /// The correctly rounded f32 of a value known to lie within `err` of `v`, if the whole
 /// interval rounds to one finite non-zero f32.
 #[inline(always)]
 pub fn decide_f32(v: DD, err: f64) -> Option<f32> {
-    let r = v.hi as f32;
-    if !r.is_finite() || r == 0.0 || !err.is_finite() || !v.lo.is_finite() {
-        return None;
-    }
-    let (hs, ls) = if v.hi < 0.0 {
-        (-v.hi, -v.lo)
-    } else {
-        (v.hi, v.lo)
-    };
-    let rb = r.abs().to_bits();
-    let ef = rb >> 23;
-    let frac = rb & 0x7f_ffff;
-    let up = if ef == 0 {
-        1.401298464324817e-45 // 2^-149
-    } else {
-        f64::from_bits((ef as u64 + 1023 - 127 - 23) << 52)
-    };
-    let down = if ef > 1 && frac == 0 { up * 0.5 } else { up };
-    let ra = r.abs() as f64;
-    let mid_hi = ra + up * 0.5;
-    let mid_lo = ra - down * 0.5;
-    let dh = hs - mid_hi;
-    let dl = hs - mid_lo;
-    let slack = 1.0 / 562949953421312.0; // 2^-49
-    let err = err * (1.0 + slack);
-    if dh + ls + err + slack * (dh.abs() + ls.abs()) < 0.0
-        && dl + ls - err - slack * (dl.abs() + ls.abs()) > 0.0
-    {
-        Some(r)
-    } else {
-        None
-    }
+    let (r, ok) = decides_f32(v, err);
+    ok.then_some(r)
 }
 
 fn non_positive(c: usize, what: &'static str, q: &Rational) -> ConfError {
@@ -534,6 +519,40 @@ fn channel_sums<T: Cell>(g: &Geometry, c: usize, x: &[T], dy: Option<&[T]>, want
         SuperAcc::new(),
     );
     const PIECE: usize = 1 << 20;
+    if T::IS_F32 {
+        // Integer sums per exponent; runs are cut at PIECE values between flushes.
+        let mut b = acc::F32Buckets::new();
+        let mut held = 0usize;
+        for_each_run(g, c, |start, len, stride| {
+            for k0 in (0..len).step_by(PIECE) {
+                let k1 = (k0 + PIECE).min(len);
+                if held + (k1 - k0) > acc::F32_BUCKET_PIECE {
+                    b.flush(&mut s1, &mut s2, &mut sd, &mut sdx);
+                    held = 0;
+                }
+                held += k1 - k0;
+                let idx = (k0..k1).map(|k| start + k * stride);
+                match (want_x, dy) {
+                    (true, None) => idx.for_each(|i| b.add_x(x[i].f32_bits())),
+                    (true, Some(d)) => idx.for_each(|i| {
+                        b.add_x(x[i].f32_bits());
+                        b.add_dx(d[i].f32_bits(), x[i].f32_bits());
+                    }),
+                    (false, Some(d)) => {
+                        idx.for_each(|i| b.add_dx(d[i].f32_bits(), x[i].f32_bits()))
+                    }
+                    (false, None) => {}
+                }
+            }
+        });
+        b.flush(&mut s1, &mut s2, &mut sd, &mut sdx);
+        return Sums {
+            s1: s1.to_rational(),
+            s2: s2.to_rational(),
+            sd: sd.to_rational(),
+            sdx: sdx.to_rational(),
+        };
+    }
     for_each_run(g, c, |start, len, stride| {
         for k0 in (0..len).step_by(PIECE) {
             let k1 = (k0 + PIECE).min(len);
@@ -786,6 +805,93 @@ fn run<T: Cell>(p: &FastProblem, x: &[T], dy: Option<&[T]>, show: bool) -> Resul
     })
 }
 
+/// Elements per block of [`block_approx`].
+const BLOCK: usize = 256;
+
+/// The correctly rounded f64 and f32 of the cell at `(x, d)`: those `decide_*` found, the
+/// others from the exact value.
+#[cold]
+fn fallback(ch: &Chan, x: f64, d: f64, r64: Option<f64>, r32: Option<f32>) -> (f64, f32) {
+    let ex = ch.exact(x, d);
+    (
+        r64.unwrap_or_else(|| round(&ex, FloatFormat::F64).to_f64()),
+        r32.unwrap_or_else(|| round(&ex, FloatFormat::F32).to_f64() as f32),
+    )
+}
+
+/// Whether the whole interval `[v - err, v + err]` rounds to the f64 `v.hi`, which must then
+/// be normal and within `[2^-1000, 2^1000]` (no branches, so that loops of it vectorise).
+#[inline(always)]
+fn decides_f64(v: DD, err: f64) -> bool {
+    let a = v.hi.abs();
+    let in_range = (a > 9.332636185032189e-302) & (a < 1.0715086071862673e301);
+    let bits = a.to_bits();
+    let frac = bits & ((1u64 << 52) - 1);
+    let ulp = f64::from_bits(((bits >> 52).wrapping_sub(52)) << 52);
+    let below = if frac == 0 { ulp * 0.5 } else { ulp };
+    let half = below * (0.5 - 1.0 / 1099511627776.0);
+    in_range & (v.lo.abs() + err < half)
+}
+
+/// `(r, ok)`: `r = f32(v.hi)` and whether the whole interval `[v - err, v + err]` rounds to
+/// that finite non-zero f32 (no branches).
+#[inline(always)]
+fn decides_f32(v: DD, err: f64) -> (f32, bool) {
+    let r = v.hi as f32;
+    let finite = r.is_finite() & (r != 0.0) & err.is_finite() & v.lo.is_finite();
+    let neg = v.hi < 0.0;
+    let hs = if neg { -v.hi } else { v.hi };
+    let ls = if neg { -v.lo } else { v.lo };
+    let rb = r.abs().to_bits();
+    let ef = rb >> 23;
+    let frac = rb & 0x7f_ffff;
+    let up = if ef == 0 {
+        1.401298464324817e-45
+    } else {
+        f64::from_bits((ef as u64 + 1023 - 127 - 23) << 52)
+    };
+    let down = if (ef > 1) & (frac == 0) { up * 0.5 } else { up };
+    let ra = r.abs() as f64;
+    let dh = hs - (ra + up * 0.5);
+    let dl = hs - (ra - down * 0.5);
+    let slack = 1.0 / 562949953421312.0;
+    let err = err * (1.0 + slack);
+    let ok = (dh + ls + err + slack * (dh.abs() + ls.abs()) < 0.0)
+        & (dl + ls - err - slack * (dl.abs() + ls.abs()) > 0.0);
+    (r, finite & ok)
+}
+
+/// One block of a contiguous run of a channel whose constants are in range: the
+/// double-double value of every cell and the branch-free decisions (the same arithmetic as
+/// [`DdConst::approx_by`], [`decide_f64`] and [`decide_f32`], so the same results, written so
+/// that the compiler vectorises it). Writes `o64`, `o32` and `flags` (1 where both roundings
+/// were decided); returns whether every cell was. `d` is read only when `HAS_D`.
+#[inline(always)]
+fn block_approx<T: Cell, P: dd::Prod, const HAS_D: bool>(
+    k: &DdConst,
+    x: &[T],
+    d: &[T],
+    o64: &mut [f64],
+    o32: &mut [f32],
+    flags: &mut [u8],
+) -> bool {
+    let n = o64.len();
+    let (x, d, o32, flags) = (&x[..n], &d[..n], &mut o32[..n], &mut flags[..n]);
+    let mut all = 1u8;
+    for j in 0..n {
+        let dv = if HAS_D { d[j].to_f64() } else { 0.0 };
+        let (v, err) = k.approx_with::<P, HAS_D>(x[j].to_f64(), dv);
+        let ok64 = decides_f64(v, err);
+        let (r, ok32) = decides_f32(v, err);
+        o64[j] = v.hi;
+        o32[j] = r;
+        let f = (ok64 & ok32) as u8;
+        flags[j] = f;
+        all &= f;
+    }
+    all == 1
+}
+
 /// What the element pass reads: geometry, per-channel constants, the cell inputs.
 #[derive(Clone, Copy)]
 struct CellsIn<'a, T> {
@@ -823,6 +929,42 @@ fn cells_chunk<T: Cell, P: dd::Prod>(
         let run_end = run_end.min(end);
         let ch = &chans[c];
         let k = &ch.dd;
+        if k.ok && k.has_d == dy.is_some() && run_end - i >= 2 {
+            // A contiguous run of one channel: the branch-free block kernel, then the
+            // exact path for the elements it could not decide.
+            let (xs, ds) = (&x[i..run_end], dy.map(|d| &d[i..run_end]));
+            let (o64, o32) = (
+                &mut c64[i - base..run_end - base],
+                &mut c32[i - base..run_end - base],
+            );
+            let mut flags = [0u8; BLOCK];
+            for (b, (o64, o32)) in o64.chunks_mut(BLOCK).zip(o32.chunks_mut(BLOCK)).enumerate() {
+                let at = b * BLOCK;
+                let n = o64.len();
+                let xb = &xs[at..at + n];
+                let f = &mut flags[..n];
+                let all = match ds {
+                    Some(d) => block_approx::<T, P, true>(k, xb, &d[at..at + n], o64, o32, f),
+                    None => block_approx::<T, P, false>(k, xb, xb, o64, o32, f),
+                };
+                if all {
+                    continue;
+                }
+                for (t, &f) in flags[..n].iter().enumerate() {
+                    if f == 0 {
+                        let xv = xb[t].to_f64();
+                        let dv = ds.map_or(0.0, |d| d[at + t].to_f64());
+                        let (v, err) = k.approx_by::<P>(xv, dv);
+                        let (a, b) = fallback(ch, xv, dv, decide_f64(v, err), decide_f32(v, err));
+                        fb += 1;
+                        o64[t] = a;
+                        o32[t] = b;
+                    }
+                }
+            }
+            i = run_end;
+            continue;
+        }
         for j in i..run_end {
             let xv = x[j].to_f64();
             let dv = dy.map_or(0.0, |d| d[j].to_f64());
@@ -836,11 +978,7 @@ fn cells_chunk<T: Cell, P: dd::Prod>(
                 (Some(a), Some(b)) => (a, b),
                 _ => {
                     fb += 1;
-                    let ex = ch.exact(xv, dv);
-                    (
-                        r64.unwrap_or_else(|| round(&ex, FloatFormat::F64).to_f64()),
-                        r32.unwrap_or_else(|| round(&ex, FloatFormat::F32).to_f64() as f32),
-                    )
+                    fallback(ch, xv, dv, r64, r32)
                 }
             };
             c64[j - base] = r64;
@@ -854,7 +992,7 @@ fn cells_chunk<T: Cell, P: dd::Prod>(
 /// [`cells_chunk`] compiled for CPUs with FMA: the exact products of the double-double
 /// arithmetic take one `vfmadd` instead of Veltkamp splitting (bit-identical results).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "fma")]
+#[target_feature(enable = "avx2,fma")]
 fn cells_chunk_fma<T: Cell>(
     inp: &CellsIn<'_, T>,
     base: usize,
@@ -885,7 +1023,9 @@ fn cells_chunk_best<T: Cell>(
 fn use_fma() -> bool {
     static FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *FMA.get_or_init(|| {
-        std::arch::is_x86_feature_detected!("fma") && std::env::var_os("BNCONF_NO_FMA").is_none()
+        std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("avx2")
+            && std::env::var_os("BNCONF_NO_FMA").is_none()
     })
 }
 
@@ -913,19 +1053,30 @@ pub fn compute(p: &FastProblem, progress: bool) -> Result<FastOutputs> {
 
 /// npy data converted to the case dtype (correct rounding; overflow and non-finite values
 /// are refused with the exact path's messages).
+/// The index of the first infinite or NaN value (blocks without one are scanned without a
+/// branch per value).
+fn first_non_finite<T: Cell>(v: &[T]) -> Option<usize> {
+    const B: usize = 1024;
+    let b = v
+        .chunks(B)
+        .position(|c| !c.iter().fold(true, |ok, e| ok & e.to_f64().is_finite()))?;
+    let i = v[b * B..].iter().position(|e| !e.to_f64().is_finite())?;
+    Some(b * B + i)
+}
+
 fn npy_to_dtype(field: &str, data: NpyData, dtype: Dtype) -> Result<NpyData> {
     let bad = |i: usize, x: f64| {
         ConfError::field(format!("{field}[{i}]"), format!("non-finite value {x}"))
     };
     let check = |v: &[f64]| -> Result<()> {
-        match v.iter().position(|e| !e.is_finite()) {
+        match first_non_finite(v) {
             Some(i) => Err(bad(i, v[i])),
             None => Ok(()),
         }
     };
     match data {
         NpyData::F32(v) => {
-            if let Some(i) = v.iter().position(|e| !e.is_finite()) {
+            if let Some(i) = first_non_finite(&v) {
                 return Err(bad(i, v[i] as f64));
             }
             Ok(NpyData::F32(v))
@@ -1306,6 +1457,73 @@ pub fn golden_cli(case: &Path, lim: &InputLimits, dir: &Path, args: &FastArgs) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `first_non_finite` finds the first NaN or infinity wherever it lies (block edges
+    /// included), and none in finite data.
+    #[test]
+    fn first_non_finite_finds_the_first() {
+        let n = 5000;
+        assert_eq!(first_non_finite(&vec![1.0f32; n]), None);
+        assert_eq!(first_non_finite::<f64>(&[]), None);
+        for at in [0, 1, 1023, 1024, 1025, 4999] {
+            for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+                let mut v = vec![f32::MAX; n];
+                v[at] = bad;
+                if at + 7 < n {
+                    v[at + 7] = f32::NAN;
+                }
+                assert_eq!(first_non_finite(&v), Some(at), "{bad} at {at}");
+                let w: Vec<f64> = v.iter().map(|&e| e as f64).collect();
+                assert_eq!(first_non_finite(&w), Some(at), "{bad} at {at} (f64)");
+            }
+        }
+    }
+
+    /// The f32 exponent buckets give the superaccumulator's sums on channels of more than
+    /// 2^20 values (so the buckets are flushed mid-channel, between runs and inside a run),
+    /// with negative, subnormal, huge and zero values.
+    #[test]
+    fn f32_bucket_sums_equal_the_superaccumulator() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for shape in [vec![1, 1 << 20 | 3], vec![300, 2, 60, 60]] {
+            let layout = if shape.len() == 2 {
+                Layout::Rows
+            } else {
+                Layout::Nchw
+            };
+            let g = Geometry::new(layout, &shape, 1 << 24).unwrap();
+            let mut val = || {
+                let r = next();
+                match r % 8 {
+                    0 => f32::from_bits((r >> 8) as u32 & 0x807f_ffff), // subnormal or zero
+                    1 => f32::from_bits(((r >> 8) as u32 & 0x80ff_ffff) | 0x7e00_0000), // huge
+                    _ => f32::from_bits((r >> 8) as u32 & 0x8fff_ffff | 0x3000_0000),
+                }
+            };
+            let x: Vec<f32> = (0..g.len()).map(|_| val()).collect();
+            let d: Vec<f32> = (0..g.len()).map(|_| val()).collect();
+            let (x64, d64): (Vec<f64>, Vec<f64>) = x
+                .iter()
+                .zip(&d)
+                .map(|(&a, &b)| (a as f64, b as f64))
+                .unzip();
+            for c in 0..g.c {
+                for (want_x, dy) in [(true, None), (true, Some(&d[..])), (false, Some(&d[..]))] {
+                    let a = channel_sums::<f32>(&g, c, &x, dy, want_x);
+                    let d64 = dy.map(|_| &d64[..]);
+                    let b = channel_sums::<f64>(&g, c, &x64, d64, want_x);
+                    assert_eq!((a.s1, a.s2), (b.s1, b.s2), "{shape:?} channel {c}");
+                    assert_eq!((a.sd, a.sdx), (b.sd, b.sdx), "{shape:?} channel {c}");
+                }
+            }
+        }
+    }
 
     /// Midpoints of f16/bf16 found at the binades' quanta, subnormals and the overflow
     /// boundary included; and rounding through f64 equals direct rounding for values within

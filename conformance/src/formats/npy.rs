@@ -297,7 +297,7 @@ fn read_npy_from(
 fn read_elems<T, const W: usize>(
     r: &mut impl Read,
     n: usize,
-    conv: fn([u8; W]) -> T,
+    conv: impl Fn([u8; W]) -> T,
 ) -> std::result::Result<Vec<T>, String> {
     let mut out = Vec::with_capacity(n);
     let mut buf = vec![0u8; W * 8192];
@@ -603,7 +603,7 @@ pub fn write_npy(path: &Path, shape: &[usize], data: &NpyData) -> Result<()> {
 fn write_elems<T: Copy, const W: usize>(
     w: &mut dyn Write,
     v: &[T],
-    conv: fn(T) -> [u8; W],
+    conv: impl Fn(T) -> [u8; W],
 ) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(W * 8192);
     for chunk in v.chunks(8192) {
