@@ -31,6 +31,14 @@ pub fn decompose(x: f64) -> (u64, i32) {
     }
 }
 
+/// `(±M, E)` of a finite f64: `x = ±M * 2^E` as a signed mantissa (`M = 0` for ±0).
+#[inline(always)]
+pub fn signed_parts(x: f64) -> (i64, i64) {
+    let (m, e) = decompose(x);
+    let m = m as i64;
+    (if x.is_sign_negative() { -m } else { m }, e as i64)
+}
+
 /// An exact accumulator of sums of f64 values and of products of two f64 values.
 #[derive(Clone)]
 pub struct SuperAcc {

@@ -39,7 +39,7 @@ use crate::formats::case::{
 };
 use crate::formats::npy::{read_npy, write_npy, NpyData};
 use crate::par::*;
-use acc::SuperAcc;
+use acc::{signed_parts, SuperAcc};
 use bnconf_spec::exact::round::{f64_to_rational, round, round_rational, FloatFormat};
 use bnconf_spec::exact::{fmt_rational, QSqrt, Rational};
 use bnconf_spec::layout::Layout;
@@ -274,18 +274,6 @@ struct IntAffine {
     den: BigInt,
 }
 
-/// `x = mant·2^exp` exactly, `mant` an integer (finite `x`).
-fn float_parts(x: f64) -> (i64, i64) {
-    let b = x.to_bits();
-    let (e, f) = (((b >> 52) & 0x7ff) as i64, (b & ((1 << 52) - 1)) as i64);
-    let (m, ex) = if e == 0 {
-        (f, -1074)
-    } else {
-        (f | (1 << 52), e - 1075)
-    };
-    (if x.is_sign_negative() { -m } else { m }, ex)
-}
-
 impl IntAffine {
     fn new(k0: &Rational, kx: &Rational, kd: &Rational) -> IntAffine {
         use num_integer::Integer;
@@ -300,7 +288,7 @@ impl IntAffine {
     }
 
     fn eval(&self, x: f64, d: f64) -> Rational {
-        let ((mx, ex), (md, ed)) = (float_parts(x), float_parts(d));
+        let ((mx, ex), (md, ed)) = (signed_parts(x), signed_parts(d));
         let e = 0
             .min(if self.nx.is_zero() { 0 } else { ex })
             .min(if self.nd.is_zero() { 0 } else { ed });
@@ -1272,22 +1260,12 @@ pub fn rounded_of(x: f64, f: FloatFormat) -> bnconf_spec::exact::round::Rounded 
     let neg = x.is_sign_negative();
     let (mant, exp) = match f {
         FloatFormat::F32 => {
-            let b = (x as f32).to_bits();
-            let (e, fr) = (((b >> 23) & 0xff) as i64, (b & 0x7f_ffff) as u64);
-            if e == 0 {
-                (fr, -149)
-            } else {
-                (fr | (1 << 23), e - 150)
-            }
+            let (m, e) = acc::split_f32((x as f32).abs().to_bits());
+            (m as u64, e as i64 - 150)
         }
         _ => {
-            let b = x.to_bits();
-            let (e, fr) = (((b >> 52) & 0x7ff) as i64, b & ((1 << 52) - 1));
-            if e == 0 {
-                (fr, -1074)
-            } else {
-                (fr | (1 << 52), e - 1075)
-            }
+            let (m, e) = acc::decompose(x);
+            (m, e as i64)
         }
     };
     let inf = x.is_infinite();
@@ -1309,7 +1287,7 @@ pub fn is_midpoint(r: f64, f: FloatFormat) -> bool {
     if r == 0.0 || !r.is_finite() {
         return false;
     }
-    let (mant, exp) = float_parts(r);
+    let (mant, exp) = signed_parts(r);
     let m = mant.unsigned_abs();
     let low = exp + m.trailing_zeros() as i64; // exponent of the lowest set bit
     let lead = exp + 63 - m.leading_zeros() as i64; // exponent of the leading bit
@@ -1567,7 +1545,7 @@ mod tests {
                 base
             };
             // a quarter f64 ulp of r: RN64(r ± δ) = r
-            let (m, ex) = float_parts(r);
+            let (m, ex) = signed_parts(r);
             let lead = ex + 63 - m.unsigned_abs().leading_zeros() as i64;
             let d = rat(p2(lead as i32 - 54));
             for delta in [d.clone(), -d] {

@@ -1179,19 +1179,7 @@ fn dyadic_ints(xs: &[f64]) -> (Vec<num_bigint::BigInt>, i64) {
     // f64 = mant · 2^exp with an integer mant (|mant| < 2^53).
     let parts: Vec<(i64, i64)> = xs
         .iter()
-        .map(|&v| {
-            let bits = v.to_bits();
-            let (e, f) = (
-                ((bits >> 52) & 0x7ff) as i64,
-                (bits & ((1 << 52) - 1)) as i64,
-            );
-            let (mant, exp) = if e == 0 {
-                (f, -1074)
-            } else {
-                (f | (1 << 52), e - 1075)
-            };
-            (if v.is_sign_negative() { -mant } else { mant }, exp)
-        })
+        .map(|&v| crate::fast::acc::signed_parts(v))
         .collect();
     let e_min = parts
         .iter()
@@ -1206,23 +1194,15 @@ fn dyadic_ints(xs: &[f64]) -> (Vec<num_bigint::BigInt>, i64) {
     (ints, e_min)
 }
 
-/// `Σ a_i·b_i` exactly (`b = None`: `Σ a_i`), from the values' integer forms: one
+/// `Σ a_i·b_i` exactly (`b = None`: `Σ a_i`) in the fast path's superaccumulator: one
 /// rational at the end, no gcd per element.
 pub(crate) fn exact_dot(a: &[f64], b: Option<&[f64]>) -> Rational {
-    use num_bigint::BigInt;
-    let (ia, ea) = dyadic_ints(a);
-    let (sum, e): (BigInt, i64) = match b {
-        None => (ia.iter().sum(), ea),
-        Some(b) => {
-            let (ib, eb) = dyadic_ints(b);
-            (ia.iter().zip(&ib).map(|(x, y)| x * y).sum(), ea + eb)
-        }
-    };
-    if e >= 0 {
-        Rational::from_integer(sum << e as usize)
-    } else {
-        Rational::new(sum, BigInt::from(1u8) << (-e) as usize)
+    let mut acc = crate::fast::acc::SuperAcc::new();
+    match b {
+        None => a.iter().for_each(|&x| acc.add(x)),
+        Some(b) => a.iter().zip(b).for_each(|(&x, &y)| acc.add_product(x, y)),
     }
+    acc.to_rational()
 }
 
 /// [`ill_posed`] for `forward` and `backward` (q from the batch's own statistics), in
