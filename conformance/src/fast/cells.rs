@@ -57,6 +57,17 @@ impl FastCells {
         })
     }
 
+    /// `p` with its constants already computed (`chans`, one per channel).
+    pub(super) fn with_chans(p: &FastProblem, chans: Vec<Chan>) -> FastCells {
+        FastCells {
+            op: p.op,
+            geom: p.geom.clone(),
+            x: to_f64s(&p.x),
+            dy: p.dy.as_ref().map(to_f64s),
+            chans,
+        }
+    }
+
     /// The op.
     pub fn op(&self) -> Op {
         self.op

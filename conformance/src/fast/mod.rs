@@ -723,7 +723,12 @@ fn progress_bar(len: u64, show: bool) -> Progress {
     )
 }
 
-fn run<T: Cell>(p: &FastProblem, x: &[T], dy: Option<&[T]>, show: bool) -> Result<FastOutputs> {
+fn run<T: Cell>(
+    p: &FastProblem,
+    x: &[T],
+    dy: Option<&[T]>,
+    show: bool,
+) -> Result<(FastOutputs, Vec<Chan>)> {
     let timer = Timer::new();
     let g = &p.geom;
     let want_x = matches!(p.op, Op::Forward | Op::Backward);
@@ -784,13 +789,14 @@ fn run<T: Cell>(p: &FastProblem, x: &[T], dy: Option<&[T]>, show: bool) -> Resul
             .collect();
         outputs.push((name, f64s, f32s));
     }
-    Ok(FastOutputs {
+    let out = FastOutputs {
         outputs,
         stats: FastStats {
             elements: len as u64,
             fallbacks: fallbacks.into_inner(),
         },
-    })
+    };
+    Ok((out, chans))
 }
 
 /// Elements per block of [`block_approx`].
@@ -1020,6 +1026,17 @@ fn use_fma() -> bool {
 /// Evaluate a problem: correctly rounded f64 and f32 outputs, identical to the exact path.
 /// `progress` shows a bar on stderr for large problems when stderr is a terminal.
 pub fn compute(p: &FastProblem, progress: bool) -> Result<FastOutputs> {
+    compute_chans(p, progress).map(|(out, _)| out)
+}
+
+/// [`compute`], also returning the problem as [`cells::FastCells`] (its per-channel constants
+/// computed once, for the exact value of any element).
+pub fn compute_cells(p: &FastProblem) -> Result<(FastOutputs, cells::FastCells)> {
+    let (out, chans) = compute_chans(p, false)?;
+    Ok((out, cells::FastCells::with_chans(p, chans)))
+}
+
+fn compute_chans(p: &FastProblem, progress: bool) -> Result<(FastOutputs, Vec<Chan>)> {
     match (&p.x, &p.dy) {
         (NpyData::F32(x), None) => run::<f32>(p, x, None, progress),
         (NpyData::F64(x), None) => run::<f64>(p, x, None, progress),
@@ -1039,8 +1056,6 @@ pub fn compute(p: &FastProblem, progress: bool) -> Result<FastOutputs> {
     }
 }
 
-/// npy data converted to the case dtype (correct rounding; overflow and non-finite values
-/// are refused with the exact path's messages).
 /// The index of the first infinite or NaN value (blocks without one are scanned without a
 /// branch per value).
 fn first_non_finite<T: Cell>(v: &[T]) -> Option<usize> {
@@ -1052,6 +1067,8 @@ fn first_non_finite<T: Cell>(v: &[T]) -> Option<usize> {
     Some(b * B + i)
 }
 
+/// npy data converted to the case dtype (correct rounding; overflow and non-finite values
+/// are refused with the exact path's messages).
 fn npy_to_dtype(field: &str, data: NpyData, dtype: Dtype) -> Result<NpyData> {
     let bad = |i: usize, x: f64| {
         ConfError::field(format!("{field}[{i}]"), format!("non-finite value {x}"))
@@ -1338,52 +1355,48 @@ pub fn golden_json_of(
     fp: &FastProblem,
     formats: &[FloatFormat],
 ) -> Option<Value> {
-    {
-        let (Ok(fc), Ok(out)) = (cells::FastCells::new(fp), compute(fp, false)) else {
-            return None;
-        };
-        let chan = fc.channel_outputs();
-        let cell_name = fp.op.outputs()[0];
-        let doc = crate::formats::golden::golden_json_with(case, formats, |name, f| {
-            let k = fp
-                .op
-                .outputs()
-                .iter()
-                .position(|&n| n == name)
-                .expect("an output");
-            let (_, f64s, f32s) = out
-                .outputs
-                .iter()
-                .find(|o| o.0 == name)
-                .expect("compute gives every output");
-            match f {
-                None if name == cell_name => (0..fc.len())
-                    .into_par_iter()
-                    .map(|j| fc.exact(j).to_string())
-                    .collect(),
-                None => chan[k - 1].iter().map(|v| v.to_string()).collect(),
-                Some(FloatFormat::F64) => f64s
-                    .par_iter()
-                    .map(|&v| rounded_of(v, FloatFormat::F64).to_hex())
-                    .collect(),
-                Some(FloatFormat::F32) => f32s
-                    .par_iter()
-                    .map(|&v| rounded_of(v as f64, FloatFormat::F32).to_hex())
-                    .collect(),
-                // f16, bf16: from the correct f64 rounding (exact unless it is a midpoint).
-                Some(f) if name == cell_name => f64s
-                    .par_iter()
-                    .enumerate()
-                    .map(|(j, &r)| match round_via_f64(r, f) {
-                        Some(v) => v.to_hex(),
-                        None => round(&fc.exact(j), f).to_hex(),
-                    })
-                    .collect(),
-                Some(f) => chan[k - 1].iter().map(|v| round(v, f).to_hex()).collect(),
-            }
-        });
-        Some(doc)
-    }
+    let (out, fc) = compute_cells(fp).ok()?;
+    let chan = fc.channel_outputs();
+    let cell_name = fp.op.outputs()[0];
+    let doc = crate::formats::golden::golden_json_with(case, formats, |name, f| {
+        let k = fp
+            .op
+            .outputs()
+            .iter()
+            .position(|&n| n == name)
+            .expect("an output");
+        let (_, f64s, f32s) = out
+            .outputs
+            .iter()
+            .find(|o| o.0 == name)
+            .expect("compute gives every output");
+        match f {
+            None if name == cell_name => (0..fc.len())
+                .into_par_iter()
+                .map(|j| fc.exact(j).to_string())
+                .collect(),
+            None => chan[k - 1].iter().map(|v| v.to_string()).collect(),
+            Some(FloatFormat::F64) => f64s
+                .par_iter()
+                .map(|&v| rounded_of(v, FloatFormat::F64).to_hex())
+                .collect(),
+            Some(FloatFormat::F32) => f32s
+                .par_iter()
+                .map(|&v| rounded_of(v as f64, FloatFormat::F32).to_hex())
+                .collect(),
+            // f16, bf16: from the correct f64 rounding (exact unless it is a midpoint).
+            Some(f) if name == cell_name => f64s
+                .par_iter()
+                .enumerate()
+                .map(|(j, &r)| match round_via_f64(r, f) {
+                    Some(v) => v.to_hex(),
+                    None => round(&fc.exact(j), f).to_hex(),
+                })
+                .collect(),
+            Some(f) => chan[k - 1].iter().map(|v| round(v, f).to_hex()).collect(),
+        }
+    });
+    Some(doc)
 }
 
 /// Phase timings on stderr when `BNCONF_TIMING` is set (for performance work).
