@@ -534,40 +534,35 @@ fn channel_sums<T: Cell>(g: &Geometry, c: usize, x: &[T], dy: Option<&[T]>, want
             }
         });
         b.flush(&mut s1, &mut s2, &mut sd, &mut sdx);
-        return Sums {
-            s1: s1.to_rational(),
-            s2: s2.to_rational(),
-            sd: sd.to_rational(),
-            sdx: sdx.to_rational(),
-        };
-    }
-    for_each_run(g, c, |start, len, stride| {
-        for k0 in (0..len).step_by(PIECE) {
-            let k1 = (k0 + PIECE).min(len);
-            let n = (k1 - k0) as u32;
-            if want_x {
-                s1.reserve(n);
-                s2.reserve(n);
-            }
-            if dy.is_some() {
-                sd.reserve(n);
-                sdx.reserve(n);
-            }
-            for k in k0..k1 {
-                let i = start + k * stride;
-                let xv = x[i].to_f64();
+    } else {
+        for_each_run(g, c, |start, len, stride| {
+            for k0 in (0..len).step_by(PIECE) {
+                let k1 = (k0 + PIECE).min(len);
+                let n = (k1 - k0) as u32;
                 if want_x {
-                    s1.add_reserved(xv);
-                    s2.add_product_reserved(xv, xv);
+                    s1.reserve(n);
+                    s2.reserve(n);
                 }
-                if let Some(d) = dy {
-                    let dv = d[i].to_f64();
-                    sd.add_reserved(dv);
-                    sdx.add_product_reserved(dv, xv);
+                if dy.is_some() {
+                    sd.reserve(n);
+                    sdx.reserve(n);
+                }
+                for k in k0..k1 {
+                    let i = start + k * stride;
+                    let xv = x[i].to_f64();
+                    if want_x {
+                        s1.add_reserved(xv);
+                        s2.add_product_reserved(xv, xv);
+                    }
+                    if let Some(d) = dy {
+                        let dv = d[i].to_f64();
+                        sd.add_reserved(dv);
+                        sdx.add_product_reserved(dv, xv);
+                    }
                 }
             }
-        }
-    });
+        });
+    }
     Sums {
         s1: s1.to_rational(),
         s2: s2.to_rational(),
@@ -818,12 +813,12 @@ fn fallback(ch: &Chan, x: f64, d: f64, r64: Option<f64>, r32: Option<f32>) -> (f
 #[inline(always)]
 fn decides_f64(v: DD, err: f64) -> bool {
     let a = v.hi.abs();
-    let in_range = (a > 9.332636185032189e-302) & (a < 1.0715086071862673e301);
+    let in_range = (a > 9.332636185032189e-302) & (a < 1.0715086071862673e301); // [2^-1000, 2^1000]
     let bits = a.to_bits();
     let frac = bits & ((1u64 << 52) - 1);
     let ulp = f64::from_bits(((bits >> 52).wrapping_sub(52)) << 52);
     let below = if frac == 0 { ulp * 0.5 } else { ulp };
-    let half = below * (0.5 - 1.0 / 1099511627776.0);
+    let half = below * (0.5 - 1.0 / 1099511627776.0); // (1/2)(1 - 2^-39)
     in_range & (v.lo.abs() + err < half)
 }
 
@@ -840,7 +835,7 @@ fn decides_f32(v: DD, err: f64) -> (f32, bool) {
     let ef = rb >> 23;
     let frac = rb & 0x7f_ffff;
     let up = if ef == 0 {
-        1.401298464324817e-45
+        1.401298464324817e-45 // 2^-149
     } else {
         f64::from_bits((ef as u64 + 1023 - 127 - 23) << 52)
     };
@@ -848,7 +843,7 @@ fn decides_f32(v: DD, err: f64) -> (f32, bool) {
     let ra = r.abs() as f64;
     let dh = hs - (ra + up * 0.5);
     let dl = hs - (ra - down * 0.5);
-    let slack = 1.0 / 562949953421312.0;
+    let slack = 1.0 / 562949953421312.0; // 2^-49
     let err = err * (1.0 + slack);
     let ok = (dh + ls + err + slack * (dh.abs() + ls.abs()) < 0.0)
         & (dl + ls - err - slack * (dl.abs() + ls.abs()) > 0.0);
