@@ -590,4 +590,91 @@ mod forms_tests {
         }
         assert!(n > 700, "{n}");
     }
+
+    /// `fast_ratio` (double-double value and its error bound, exact where they cannot decide
+    /// `ratio <= k`) against the exact ratio `ElementBudget::ratio`, on the element output of
+    /// every default-suite case the fast cells cover (f32 and f64; the first 8 elements of
+    /// each): the same value within the double-double's error bound and **the same verdict at the gate `k`**, also for
+    /// computed values whose ratio is within an ulp of `k` (the f64 neighbours of
+    /// `exact + k·u·budget`), where the double-double alone cannot decide.
+    #[test]
+    fn fast_ratio_is_the_exact_ratio_with_the_exact_verdict() {
+        let s = crate::suite::test_suite("default", &[FloatFormat::F32, FloatFormat::F64]);
+        let (mut n, mut at_gate) = (0usize, 0usize);
+        for c in s.cases.iter().filter(|c| crate::fast::covers(c.op)) {
+            let fp = crate::fast::FastProblem::of_suite_case(c).expect("fast problem");
+            let f = crate::fast::cells::FastCells::new(&fp).expect("cells");
+            let geom = bnconf_spec::Geometry::new(c.layout, &c.shape, usize::MAX).unwrap();
+            let eps = bnconf_spec::exact::parse::parse_rational(&c.eps).unwrap();
+            let budgets = budget::budgets_bound_f64(c.op, &geom, &eps, &c.inputs).unwrap();
+            let b = &budgets[c.op.outputs()[0]];
+            let u = c.dtype.unit_roundoff();
+            let k = budget::k_allowance(geom.m);
+            for (i, bi) in b.iter().enumerate().take(f.len().min(8)) {
+                let exact = f.exact(i);
+                let e = approx(&exact);
+                let scale = u * bi.total(u);
+                let mut computed = vec![e, e + scale * 0.5, e - scale * 3.0, e + scale * 1e3];
+                let g = e + k * scale;
+                computed.extend([g, g.next_up(), g.next_down(), g.next_up().next_up()]);
+                for &x in &computed {
+                    let fast = fast_ratio(&f, i, x, bi, u, k);
+                    let want = bi.ratio(x, &exact, u);
+                    // Within the double-double's own error bound (`err`, relative to the
+                    // budget) of the exact ratio, or equal to it where it falls back.
+                    let close = match f.approx(i) {
+                        Some((_, err)) => {
+                            (fast - want).abs() <= err / scale + want * 2f64.powi(-48)
+                        }
+                        None => fast.to_bits() == want.to_bits(),
+                    };
+                    assert!(
+                        close && (fast <= k) == (want <= k),
+                        "{} element {i}: computed {x:e}, exact {}, budget {:?}, k {k}: \
+                         fast ratio {fast:e}, exact ratio {want:e}",
+                        c.id,
+                        e,
+                        bi
+                    );
+                    at_gate += usize::from((want - k).abs() <= 2f64.powi(-40) * k);
+                    n += 1;
+                }
+            }
+        }
+        assert!(
+            n > 10_000 && at_gate > 100,
+            "{n} values, {at_gate} at the gate"
+        );
+        // Not finite: infinite. Beyond 2^1000, and a budget of 0: the exact ratio itself.
+        let c = s.cases.iter().find(|c| crate::fast::covers(c.op)).unwrap();
+        let f = crate::fast::cells::FastCells::new(
+            &crate::fast::FastProblem::of_suite_case(c).unwrap(),
+        )
+        .unwrap();
+        let b = ElementBudget {
+            cond: 1.0,
+            mag: 1.0,
+            mag2: 0.0,
+        };
+        let u = c.dtype.unit_roundoff();
+        for x in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            assert_eq!(fast_ratio(&f, 0, x, &b, u, 8.0), f64::INFINITY);
+        }
+        let zero = ElementBudget::default();
+        for (x, bb) in [(2f64.powi(1001), b), (approx(&f.exact(0)) + 1.0, zero)] {
+            let want = bb.ratio(x, &f.exact(0), u);
+            assert_eq!(
+                fast_ratio(&f, 0, x, &bb, u, 8.0).to_bits(),
+                want.to_bits(),
+                "{x:e}"
+            );
+        }
+        // An infinite budget accepts anything finite: 0.
+        let inf = ElementBudget {
+            cond: f64::INFINITY,
+            mag: 0.0,
+            mag2: 0.0,
+        };
+        assert_eq!(fast_ratio(&f, 0, 1e30, &inf, u, 8.0), 0.0);
+    }
 }
