@@ -143,7 +143,16 @@ fn fast_ratio(
             return 0.0;
         }
     }
+    #[cfg(test)]
+    EXACT_FALLBACKS.with(|n| n.set(n.get() + 1));
     b.ratio(computed, &f.exact(i), u)
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How often [`fast_ratio`] fell back to the exact ratio on this thread (tests only: the
+    /// double-double path must serve all but the undecidable values).
+    static EXACT_FALLBACKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// An exact value as an unevaluated sum `hi + lo` of two f64: `hi` is the exact value
@@ -594,13 +603,15 @@ mod forms_tests {
     /// `fast_ratio` (double-double value and its error bound, exact where they cannot decide
     /// `ratio <= k`) against the exact ratio `ElementBudget::ratio`, on the element output of
     /// every default-suite case the fast cells cover (f32 and f64; the first 8 elements of
-    /// each): the same value within the double-double's error bound and **the same verdict at the gate `k`**, also for
-    /// computed values whose ratio is within an ulp of `k` (the f64 neighbours of
-    /// `exact + k·u·budget`), where the double-double alone cannot decide.
+    /// each): the same value within the double-double's error bound and **the same verdict at
+    /// the gate `k`**, also for computed values whose ratio is within an ulp of `k` (the f64
+    /// neighbours of `exact + k·u·budget`, and budgets swept over the f64 neighbours of the
+    /// one that puts the ratio at `k`), where the double-double alone cannot decide. Away from
+    /// the gate the double-double decides: no value falls back to the exact ratio.
     #[test]
     fn fast_ratio_is_the_exact_ratio_with_the_exact_verdict() {
         let s = crate::suite::test_suite("default", &[FloatFormat::F32, FloatFormat::F64]);
-        let (mut n, mut at_gate) = (0usize, 0usize);
+        let (mut n, mut at_gate, mut decided) = (0usize, 0usize, 0usize);
         for c in s.cases.iter().filter(|c| crate::fast::covers(c.op)) {
             let fp = crate::fast::FastProblem::of_suite_case(c).expect("fast problem");
             let f = crate::fast::cells::FastCells::new(&fp).expect("cells");
@@ -617,14 +628,51 @@ mod forms_tests {
                 let mut computed = vec![e, e + scale * 0.5, e - scale * 3.0, e + scale * 1e3];
                 let g = e + k * scale;
                 computed.extend([g, g.next_up(), g.next_down(), g.next_up().next_up()]);
-                for &x in &computed {
-                    let fast = fast_ratio(&f, i, x, bi, u, k);
-                    let want = bi.ratio(x, &exact, u);
+                // Away from the gate: decided by the double-double wherever it applies (a
+                // finite positive budget, and a value bound far below it; not where the
+                // budget is subnormal, as for a `gamma = 0` channel).
+                let applies = scale.is_finite()
+                    && scale > 0.0
+                    && f.approx(i)
+                        .is_some_and(|(_, err)| err < scale * 2f64.powi(-20));
+                let before = EXACT_FALLBACKS.with(|n| n.get());
+                for &x in &computed[..4] {
+                    fast_ratio(&f, i, x, bi, u, k);
+                }
+                let fell_back = EXACT_FALLBACKS.with(|n| n.get()) - before;
+                assert!(
+                    fell_back == 0 || !applies,
+                    "{} element {i}: {fell_back} of 4 values away from the gate fell back \
+                     (value {:?}, budget {bi:?}, {:?})",
+                    c.id,
+                    f.approx(i),
+                    computed
+                );
+                decided += 4 * usize::from(applies);
+                // Budgets that put the ratio of `g` within a few ulps of `k`.
+                let r = bi.ratio(g, &exact, u);
+                let mut t = bi.total(u) * (r / k);
+                let mut near_k = vec![];
+                for _ in 0..4 {
+                    t = t.next_down();
+                }
+                for _ in 0..9 {
+                    near_k.push(ElementBudget {
+                        cond: t,
+                        mag: 0.0,
+                        mag2: 0.0,
+                    });
+                    t = t.next_up();
+                }
+                let swept = near_k.iter().map(|bb| (g, bb));
+                for (x, bb) in computed.iter().map(|&x| (x, bi)).chain(swept) {
+                    let fast = fast_ratio(&f, i, x, bb, u, k);
+                    let want = bb.ratio(x, &exact, u);
                     // Within the double-double's own error bound (`err`, relative to the
                     // budget) of the exact ratio, or equal to it where it falls back.
                     let close = match f.approx(i) {
                         Some((_, err)) => {
-                            (fast - want).abs() <= err / scale + want * 2f64.powi(-48)
+                            (fast - want).abs() <= err / (u * bb.total(u)) + want * 2f64.powi(-48)
                         }
                         None => fast.to_bits() == want.to_bits(),
                     };
@@ -634,7 +682,7 @@ mod forms_tests {
                          fast ratio {fast:e}, exact ratio {want:e}",
                         c.id,
                         e,
-                        bi
+                        bb
                     );
                     at_gate += usize::from((want - k).abs() <= 2f64.powi(-40) * k);
                     n += 1;
@@ -642,8 +690,8 @@ mod forms_tests {
             }
         }
         assert!(
-            n > 10_000 && at_gate > 100,
-            "{n} values, {at_gate} at the gate"
+            n > 10_000 && at_gate > 100 && decided > 1000,
+            "{n} values, {at_gate} at the gate, {decided} decided away from it"
         );
         // Not finite: infinite. Beyond 2^1000, and a budget of 0: the exact ratio itself.
         let c = s.cases.iter().find(|c| crate::fast::covers(c.op)).unwrap();
