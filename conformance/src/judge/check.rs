@@ -613,16 +613,13 @@ mod forms_tests {
         let s = crate::suite::test_suite("default", &[FloatFormat::F32, FloatFormat::F64]);
         let (mut n, mut at_gate, mut decided) = (0usize, 0usize, 0usize);
         for c in s.cases.iter().filter(|c| crate::fast::covers(c.op)) {
-            let fp = crate::fast::FastProblem::of_suite_case(c).expect("fast problem");
-            let f = crate::fast::cells::FastCells::new(&fp).expect("cells");
-            let geom = bnconf_spec::Geometry::new(c.layout, &c.shape, usize::MAX).unwrap();
-            let eps = bnconf_spec::exact::parse::parse_rational(&c.eps).unwrap();
-            let budgets = budget::budgets_bound_f64(c.op, &geom, &eps, &c.inputs).unwrap();
-            let b = &budgets[c.op.outputs()[0]];
-            let u = c.dtype.unit_roundoff();
-            let k = budget::k_allowance(geom.m);
+            let p = prepare_fast(c).expect("a fast preparation");
+            let f = p.fast.as_deref().expect("fast cells");
+            let b = &p.budgets[c.op.outputs()[0]];
+            let (u, k) = (c.dtype.unit_roundoff(), p.k);
             for (i, bi) in b.iter().enumerate().take(f.len().min(8)) {
                 let exact = f.exact(i);
+                let value = f.approx(i);
                 let e = approx(&exact);
                 let scale = u * bi.total(u);
                 let mut computed = vec![e, e + scale * 0.5, e - scale * 3.0, e + scale * 1e3];
@@ -633,20 +630,17 @@ mod forms_tests {
                 // budget is subnormal, as for a `gamma = 0` channel).
                 let applies = scale.is_finite()
                     && scale > 0.0
-                    && f.approx(i)
-                        .is_some_and(|(_, err)| err < scale * 2f64.powi(-20));
+                    && value.is_some_and(|(_, err)| err < scale * 2f64.powi(-20));
                 let before = EXACT_FALLBACKS.with(|n| n.get());
                 for &x in &computed[..4] {
-                    fast_ratio(&f, i, x, bi, u, k);
+                    fast_ratio(f, i, x, bi, u, k);
                 }
                 let fell_back = EXACT_FALLBACKS.with(|n| n.get()) - before;
                 assert!(
                     fell_back == 0 || !applies,
                     "{} element {i}: {fell_back} of 4 values away from the gate fell back \
-                     (value {:?}, budget {bi:?}, {:?})",
-                    c.id,
-                    f.approx(i),
-                    computed
+                     (value {value:?}, budget {bi:?}, {computed:?})",
+                    c.id
                 );
                 decided += 4 * usize::from(applies);
                 // Budgets that put the ratio of `g` within a few ulps of `k`.
@@ -666,11 +660,11 @@ mod forms_tests {
                 }
                 let swept = near_k.iter().map(|bb| (g, bb));
                 for (x, bb) in computed.iter().map(|&x| (x, bi)).chain(swept) {
-                    let fast = fast_ratio(&f, i, x, bb, u, k);
+                    let fast = fast_ratio(f, i, x, bb, u, k);
                     let want = bb.ratio(x, &exact, u);
                     // Within the double-double's own error bound (`err`, relative to the
                     // budget) of the exact ratio, or equal to it where it falls back.
-                    let close = match f.approx(i) {
+                    let close = match value {
                         Some((_, err)) => {
                             (fast - want).abs() <= err / (u * bb.total(u)) + want * 2f64.powi(-48)
                         }
@@ -693,12 +687,12 @@ mod forms_tests {
             n > 10_000 && at_gate > 100 && decided > 1000,
             "{n} values, {at_gate} at the gate, {decided} decided away from it"
         );
-        // Not finite: infinite. Beyond 2^1000, and a budget of 0: the exact ratio itself.
+        // Not finite: infinite. Beyond 2^1000 (a finite ratio, about 2/u): the exact ratio
+        // itself, by the exact fallback. A budget of 0 (only the underflow term is left): the
+        // exact ratio, bit for bit.
         let c = s.cases.iter().find(|c| crate::fast::covers(c.op)).unwrap();
-        let f = crate::fast::cells::FastCells::new(
-            &crate::fast::FastProblem::of_suite_case(c).unwrap(),
-        )
-        .unwrap();
+        let p = prepare_fast(c).unwrap();
+        let f = p.fast.as_deref().unwrap();
         let b = ElementBudget {
             cond: 1.0,
             mag: 1.0,
@@ -706,16 +700,23 @@ mod forms_tests {
         };
         let u = c.dtype.unit_roundoff();
         for x in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
-            assert_eq!(fast_ratio(&f, 0, x, &b, u, 8.0), f64::INFINITY);
+            assert_eq!(fast_ratio(f, 0, x, &b, u, 8.0), f64::INFINITY);
         }
+        let huge = ElementBudget {
+            cond: 2f64.powi(1000),
+            mag: 0.0,
+            mag2: 0.0,
+        };
         let zero = ElementBudget::default();
-        for (x, bb) in [(2f64.powi(1001), b), (approx(&f.exact(0)) + 1.0, zero)] {
-            let want = bb.ratio(x, &f.exact(0), u);
-            assert_eq!(
-                fast_ratio(&f, 0, x, &bb, u, 8.0).to_bits(),
-                want.to_bits(),
-                "{x:e}"
-            );
+        let exact0 = f.exact(0);
+        for (x, bb) in [(2f64.powi(1001), huge), (approx(&exact0) + 1.0, zero)] {
+            let want = bb.ratio(x, &exact0, u);
+            assert!(want.is_finite() || bb.cond == 0.0, "{x:e}, {bb:?}: {want}");
+            let before = EXACT_FALLBACKS.with(|n| n.get());
+            let got = fast_ratio(f, 0, x, &bb, u, 8.0);
+            assert_eq!(got.to_bits(), want.to_bits(), "{x:e}, {bb:?}");
+            let fell_back = EXACT_FALLBACKS.with(|n| n.get()) - before;
+            assert_eq!(fell_back, usize::from(bb == huge), "{x:e}, {bb:?}");
         }
         // An infinite budget accepts anything finite: 0.
         let inf = ElementBudget {
@@ -723,6 +724,6 @@ mod forms_tests {
             mag: 0.0,
             mag2: 0.0,
         };
-        assert_eq!(fast_ratio(&f, 0, 1e30, &inf, u, 8.0), 0.0);
+        assert_eq!(fast_ratio(f, 0, 1e30, &inf, u, 8.0), 0.0);
     }
 }
