@@ -135,8 +135,8 @@ proptest! {
         // add / sub: the extremes are v ± (ea + eb).
         for (r, mid) in [(a.add(b), &ra + &rb), (a.sub(b), &ra - &rb)] {
             prop_assert!(encloses(r, &(&mid - &ea - &eb_)) && encloses(r, &(&mid + &ea + &eb_)), "{a:?} ± {b:?} = {r:?}");
-            let w = a.e + b.e + U64 * (a.v.abs() + b.v.abs()) * 2.0 + TINY;
-            prop_assert!(r.e <= w * (1.0 + 4.0 * U64), "{r:?} wider than {w:e}");
+            let w = a.e + b.e + U * (a.v.abs() + b.v.abs()) * 2.0 + TINY_OUT;
+            prop_assert!(r.e <= w * (1.0 + 4.0 * U), "{r:?} wider than {w:e}");
         }
         // mul: the four corner products, both operand orders.
         for (x, y) in [(a, b), (b, a)] {
@@ -144,8 +144,8 @@ proptest! {
             for c in corners(x, y) {
                 prop_assert!(encloses(r, &c), "{x:?} * {y:?} = {r:?} misses {c}");
             }
-            let w = x.v.abs() * y.e + y.v.abs() * x.e + x.e * y.e + U64 * (x.v * y.v).abs() + TINY;
-            prop_assert!(r.e <= w * (1.0 + 8.0 * U64), "{r:?} wider than {w:e}");
+            let w = x.v.abs() * y.e + y.v.abs() * x.e + x.e * y.e + U * (x.v * y.v).abs() + TINY_OUT;
+            prop_assert!(r.e <= w * (1.0 + 8.0 * U), "{r:?} wider than {w:e}");
         }
         // scale by an exact small integer, div by one.
         let s = n as f64;
@@ -157,7 +157,7 @@ proptest! {
         for c in [(&ra - &ea) / rat(s), (&ra + &ea) / rat(s)] {
             prop_assert!(encloses(r, &c), "{a:?} / {s} = {r:?}");
         }
-        prop_assert!(r.e <= (a.e / s + U64 * (a.v / s).abs() + TINY) * (1.0 + 4.0 * U64));
+        prop_assert!(r.e <= (a.e / s + U * (a.v / s).abs() + TINY_OUT) * (1.0 + 4.0 * U));
         // up() bounds |x| over the interval.
         // (|v| + e is rounded to nearest: up to half an ulp below the exact sum.)
         let lost = Rational::from_integer(1.into()) - bnconf_spec::exact::pow2(-52);
@@ -246,7 +246,7 @@ proptest! {
             prop_assert!(encloses_rsqrt(r, &qq), "{q:?} -> {r:?}");
         }
         let rv = 1.0 / v.sqrt();
-        let w = 1.01 * rv * e / (2.0 * v) * (1.0 + 2f64.powi(-19)) + 20.0 * U64 * rv;
+        let w = 1.01 * rv * e / (2.0 * v) * (1.0 + 2f64.powi(-19)) + 20.0 * U * rv;
         prop_assert!(r.e <= w, "{q:?} -> {r:?}, wider than {w:e}");
     }
 }
@@ -746,4 +746,368 @@ fn exact_inputs_become_enclosures_tight_down_to_the_subnormal_range() {
     // enclosure of 1e-300 is still relatively tight after an operation.
     let r = Iv { v: 1e-300, e: 0.0 }.mul(Iv { v: 1.0, e: 0.0 });
     assert!(r.e < 1e-300 * 1e-12, "{r:?}");
+}
+
+// ------------------------------------------------------------------ the judge's ratio, entry points
+
+/// Unit roundoff and tiny written out, independent of the module's constants (a mutated
+/// `U64` or `TINY` must not move the tests' expectations with it).
+const U: f64 = 1.0 / 9_007_199_254_740_992.0; // 2^-53
+const TINY_OUT: f64 = f64::MIN_POSITIVE * (1.0 / 1_125_899_906_842_624.0); // 2^-1022 * 2^-50
+
+#[test]
+fn the_constants_are_as_documented() {
+    assert_eq!(U64, U);
+    assert_eq!(TINY, TINY_OUT);
+    assert_eq!(SAFE, 1.0 + 1.0 / 1_073_741_824.0); // 1 + 2^-30
+    for (f, p) in [
+        (FloatFormat::F64, 53),
+        (FloatFormat::F32, 24),
+        (FloatFormat::F16, 11),
+        (FloatFormat::BF16, 8),
+    ] {
+        assert_eq!(unit_roundoff(f), 1.0 / (1u64 << p) as f64, "{}", f.name());
+    }
+}
+
+/// `|x − exact| / ((cond + mag) · u)` evaluated in exact rationals, then rounded to f64: the
+/// ratio's definition, independent of its implementation (which subtracts exactly, rounds the
+/// difference, and divides twice in f64: within a few ulps of this).
+fn ratio_by_definition(x: f64, exact: &Rational, u: f64, cond: f64, mag: f64) -> f64 {
+    let d = (exact - rat(x)).abs() / (rat(cond) + rat(mag)) / rat(u);
+    d.to_f64().unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases(512)))]
+
+    /// The ratio of a computed value within a few hundred ulps of an exact rational (the
+    /// difference cancels most digits: it must be taken exactly), for budgets whose two terms
+    /// are of any relative size, against its definition.
+    #[test]
+    fn ratio_is_the_error_in_units_of_the_budget(
+        num in -(1i64 << 40)..(1i64 << 40), den in 1i64..(1i64 << 20), e2 in -300i32..300,
+        ulps in -300i64..300, cond in 0.01f64..100.0, mag in 0.01f64..100.0, fi in 0usize..4,
+    ) {
+        let exact = Rational::new(num.into(), den.into()) * bnconf_spec::exact::pow2(e2 as i64);
+        let near = exact.to_f64().unwrap();
+        let x = f64::from_bits((near.to_bits() as i64 + ulps) as u64);
+        let u = FloatFormat::ALL[fi].unit_roundoff();
+        let got = ratio(x, &QSqrt::rational(exact.clone()), u, cond, mag);
+        let want = ratio_by_definition(x, &exact, u, cond, mag);
+        prop_assert!(
+            (got - want).abs() <= want * 2f64.powi(-50),
+            "x {x:e}, exact {exact}, u {u:e}, cond {cond}, mag {mag}: ratio {got:e}, by definition {want:e}"
+        );
+        // ElementBudget::ratio is the same with mag_at(u) as the magnitude.
+        let b = ElementBudget { cond, mag, mag2: mag * 3.0 };
+        prop_assert_eq!(
+            b.ratio(x, &QSqrt::rational(exact.clone()), u).to_bits(),
+            ratio(x, &QSqrt::rational(exact), u, cond, b.mag_at(u)).to_bits()
+        );
+    }
+}
+
+#[test]
+fn ratio_edge_cases_by_definition() {
+    let third = QSqrt::rational(Rational::new(1.into(), 3.into()));
+    let (u, t) = (2f64.powi(-24), 1.0 / 3.0);
+    // Not a number, or infinite: inf (the exact value is finite).
+    for x in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+        assert_eq!(ratio(x, &third, u, 1.0, 1.0), f64::INFINITY, "{x}");
+    }
+    // Equal to the exact value: 0, whatever the budget (zero, negative, NaN).
+    for (cond, mag) in [(0.0, 0.0), (-1.0, 0.5), (f64::NAN, 1.0), (1.0, 1.0)] {
+        assert_eq!(ratio(0.25, &qs(0.25), u, cond, mag), 0.0, "{cond} {mag}");
+    }
+    // A budget of zero, below zero or NaN with a nonzero error: inf.
+    for (cond, mag) in [(0.0, 0.0), (-1.0, 0.5), (f64::NAN, 1.0), (1.0, f64::NAN)] {
+        assert_eq!(
+            ratio(t, &third, u, cond, mag),
+            f64::INFINITY,
+            "{cond} {mag}"
+        );
+    }
+    // An infinite budget: 0.
+    assert_eq!(ratio(t, &third, u, f64::INFINITY, 1.0), 0.0);
+    // An irrational exact value: 1 + sqrt(2) against 1 + fl(sqrt(2)) in f64 (off by at most
+    // 2^-53 from fl(sqrt(2)) and 2^-52 from the sum: at most 3 units of 2^-53 * 1).
+    let v = QSqrt::new(rat(1.0), rat(1.0), rat(2.0));
+    let r = ratio(1.0 + 2f64.sqrt(), &v, U, 1.0, 0.0);
+    assert!(r > 0.0 && r <= 3.0, "{r}");
+}
+
+/// `budgets` by `Method::Exact` carries the exact condition numbers, worked out by hand here
+/// for inference BN, and `Method::Bound` the closed-form bounds of `bound_channel` (never the
+/// other way round, and every output's full length).
+#[test]
+fn the_exact_method_carries_the_exact_conds() {
+    // y = gamma (x - mean) / sqrt(var + eps) + beta at x 1, gamma 2, beta 1, mean 0, var 3,
+    // eps 1: y = 2. cond = |dy/dx| |x| + |dy/dgamma| |gamma| + |dy/dbeta| |beta|
+    // + |dy/dmean| |mean| + |dy/dvar| |var| = 1*1 + (1/2)*2 + 1*1 + 1*0 + (1/8)*3 = 27/8.
+    let geom = bnconf_spec::Geometry::new(bnconf_spec::Layout::Rows, &[1, 1], usize::MAX).unwrap();
+    let mut inputs = BTreeMap::new();
+    for (n, v) in [
+        ("x", 1.0),
+        ("gamma", 2.0),
+        ("beta", 1.0),
+        ("mean", 0.0),
+        ("var", 3.0),
+    ] {
+        inputs.insert(n.to_string(), vec![qs(v)]);
+    }
+    let p = Problem::new(Op::Eval, geom, rat(1.0), inputs).unwrap();
+    let exact = budgets(&p, Method::Exact).unwrap();
+    assert_eq!(exact["y"][0].cond, 27.0 / 8.0, "{:?}", exact["y"]);
+    let bound = budgets(&p, Method::Bound).unwrap();
+    let inp = p.channel_inputs(0).unwrap();
+    let direct = bound_channel(Op::Eval, 0, &inp, &p.eps).unwrap();
+    assert_eq!(bound["y"][0], direct[0][0]);
+    assert!(bound["y"][0].cond > 27.0 / 8.0, "{:?}", bound["y"][0]); // rounded up
+    assert_eq!(exact["y"][0].mag, bound["y"][0].mag);
+
+    // exact_channel_conds: one row per output, each of its extent's length.
+    let geom = bnconf_spec::Geometry::new(bnconf_spec::Layout::Rows, &[1, 3], usize::MAX).unwrap();
+    let mut inputs = BTreeMap::new();
+    inputs.insert("x".to_string(), vec![qs(1.0), qs(2.0), qs(4.0)]);
+    inputs.insert("gamma".to_string(), vec![qs(1.5)]);
+    inputs.insert("beta".to_string(), vec![qs(0.5)]);
+    let p = Problem::new(Op::Forward, geom, rat(0.25), inputs).unwrap();
+    let conds = exact_channel_conds(Op::Forward, 0, &p.channel_inputs(0).unwrap(), &p.eps).unwrap();
+    assert_eq!(conds.iter().map(Vec::len).collect::<Vec<_>>(), [3, 1, 1]);
+    // mean = 7/3: cond = sum |x_i| / 3 = 7/3 (rounded up); var's cond is positive.
+    assert_eq!(
+        conds[1][0],
+        round_up_f64(&QSqrt::rational(Rational::new(7.into(), 3.into())))
+    );
+    assert!(
+        conds[2][0] > 0.0 && conds[0].iter().all(|&c| c > 0.0),
+        "{conds:?}"
+    );
+    let b = budgets(&p, Method::Exact).unwrap();
+    assert_eq!(b["mean"][0].cond, conds[1][0]);
+    assert_eq!(b["var"][0].cond, conds[2][0]);
+    assert_eq!(b["y"].iter().map(|e| e.cond).collect::<Vec<_>>(), conds[0]);
+}
+
+/// A channel whose variance is exactly 0 with an eps too small for the interval `var + eps`
+/// to be tight (the closed form falls back to the exact `var + eps`): bounded, finite, and
+/// above the exact conds, not refused as a non-positive variance.
+#[test]
+fn a_zero_variance_channel_with_a_tiny_eps_is_bounded() {
+    for op in [Op::Forward, Op::Backward] {
+        let geom =
+            bnconf_spec::Geometry::new(bnconf_spec::Layout::Rows, &[1, 3], usize::MAX).unwrap();
+        let mut inputs = BTreeMap::new();
+        inputs.insert("x".to_string(), vec![qs(0.1); 3]);
+        inputs.insert("gamma".to_string(), vec![qs(1.5)]);
+        if op == Op::Forward {
+            inputs.insert("beta".to_string(), vec![qs(0.5)]);
+        } else {
+            inputs.insert("dy".to_string(), vec![qs(1.0), qs(-2.0), qs(0.5)]);
+        }
+        let eps = bnconf_spec::exact::pow2(-100);
+        let p = Problem::new(op, geom, eps, inputs).unwrap();
+        let bound = budgets(&p, Method::Bound).unwrap_or_else(|e| panic!("{op:?}: {e}"));
+        let exact = budgets(&p, Method::Exact).unwrap();
+        for (name, bs) in &bound {
+            for (b, e) in bs.iter().zip(&exact[name]) {
+                assert!(
+                    b.cond.is_finite() && b.cond >= e.cond,
+                    "{op:?} {name}: {b:?} < {e:?}"
+                );
+            }
+        }
+    }
+}
+
+/// `sum_iv` splits sums of more than 8 terms in halves: the same enclosure property at every
+/// length, 9 to 200 terms.
+#[test]
+fn long_interval_sums_enclose_and_are_narrow() {
+    let mut g = crate::suite::Rng::new(7);
+    for n in 9..200 {
+        let v: Vec<Iv> = (0..n)
+            .map(|_| Iv {
+                v: (g.below(1 << 20) as f64 - (1 << 19) as f64) / 1024.0 + 1.0 / 3.0,
+                e: g.below(4) as f64 * 2f64.powi(-30),
+            })
+            .collect();
+        let s = sum_iv(&v);
+        let mid: Rational = v.iter().map(|e| rat(e.v)).sum();
+        let rad: Rational = v.iter().map(|e| rat(e.e)).sum();
+        assert!(
+            encloses(s, &(&mid - &rad)) && encloses(s, &(&mid + &rad)),
+            "{n}: {s:?}"
+        );
+        let abs: f64 = v.iter().map(|e| e.v.abs()).sum();
+        let w = rad.to_f64().unwrap() + n as f64 * (U * abs + TINY_OUT);
+        assert!(s.e <= w * (1.0 + 1e-9), "{n}: {s:?} wider than {w:e}");
+    }
+}
+
+/// NaN (0·∞ in the f64 evaluation) becomes infinite; everything else is left as it is.
+#[test]
+fn no_nan_makes_nan_infinite() {
+    let mut b = vec![vec![
+        ElementBudget {
+            cond: f64::NAN,
+            mag: 1.0,
+            mag2: 0.0,
+        },
+        ElementBudget {
+            cond: 2.0,
+            mag: f64::NAN,
+            mag2: f64::NAN,
+        },
+    ]];
+    no_nan(&mut b);
+    assert_eq!(
+        b[0][0],
+        ElementBudget {
+            cond: f64::INFINITY,
+            mag: 1.0,
+            mag2: 0.0
+        }
+    );
+    assert_eq!(
+        b[0][1],
+        ElementBudget {
+            cond: 2.0,
+            mag: f64::INFINITY,
+            mag2: f64::INFINITY
+        }
+    );
+}
+
+// ------------------------------------------------------------------ the triangle-class cond bounds
+
+/// The `cond` bounds that no tightness constant pins (forward `y`, backward `dx`,
+/// `sync_forward` `y`, `sync_backward` `dx`: see [`tightness`]) as the module docs write them,
+/// in plain f64 from the f64 inputs: `Some(bound)` per cell, `None` for the other outputs.
+/// `sync_backward`'s `dx` is the sum of its Jacobian entries' magnitudes times the inputs',
+/// with the `mean` entry `g r² (r μ w_i + K (1 − h_i r μ))` bounded by
+/// `|g| r² (r |μ| |w_i| + |K| (1 + |h_i| r |μ|))`:
+/// `|g| r |dy_i| + |g| r² |K| |x_i| + |g| r |w_i| + |g| r |A| + |g| r |h_i| |K|
+/// + |g| r² (r |μ| |w_i| + |K| (1 + |h_i| r |μ|)) |μ| + |g| r³ |v_i| |m2| / 2`.
+fn table_cond(ch: &Chan) -> Vec<Option<Vec<f64>>> {
+    let f = &ch.f;
+    let one = |n: &str| f[n][0];
+    let eps = ch.eps.to_f64().unwrap();
+    let abs = f64::abs;
+    let x = &f["x"];
+    let m = x.len();
+    let mf = m as f64;
+    let x1 = x.iter().map(|v| v.abs()).sum::<f64>() / mf;
+    let mean_of = |v: &dyn Fn(usize) -> f64| (0..m).map(v).sum::<f64>() / mf;
+    let (mu, r) = match ch.op {
+        Op::Forward | Op::Backward => {
+            let mu = x.iter().sum::<f64>() / mf;
+            let var = x.iter().map(|v| (v - mu) * (v - mu)).sum::<f64>() / mf;
+            (mu, 1.0 / (var + eps).sqrt())
+        }
+        Op::SyncForward | Op::SyncBackward => {
+            let mu = one("mean");
+            (mu, 1.0 / (one("m2") - mu * mu + eps).sqrt())
+        }
+        _ => return ch.op.outputs().iter().map(|_| None).collect(),
+    };
+    let h: Vec<f64> = x.iter().map(|v| (v - mu) * r).collect();
+    let hx = mean_of(&|j| abs(h[j] * x[j]));
+    let g = abs(one("gamma"));
+    let cells = |b: &dyn Fn(usize) -> f64| Some((0..m).map(b).collect::<Vec<_>>());
+    match ch.op {
+        Op::Forward => {
+            let b = abs(one("beta"));
+            vec![
+                cells(&|i| g * r * (abs(x[i]) + x1 + abs(h[i]) * hx) + g * abs(h[i]) + b),
+                None,
+                None,
+            ]
+        }
+        Op::Backward => {
+            let dy = &f["dy"];
+            let a = mean_of(&|j| dy[j]);
+            let bb = mean_of(&|j| dy[j] * h[j]);
+            let z: Vec<f64> = (0..m).map(|j| dy[j] - a - h[j] * bb).collect();
+            let dy1 = mean_of(&|j| abs(dy[j]));
+            let hdy = mean_of(&|j| abs(h[j] * dy[j]));
+            let zx = mean_of(&|j| abs(z[j] * x[j]));
+            vec![
+                cells(&|i| {
+                    g * r * (abs(dy[i]) + dy1 + abs(h[i]) * hdy)
+                        + g * r * abs(z[i])
+                        + g * r
+                            * r
+                            * (abs(z[i]) * hx
+                                + abs(h[i]) * zx
+                                + abs(bb) * (abs(x[i]) + x1 + abs(h[i]) * hx))
+                }),
+                None,
+                None,
+            ]
+        }
+        Op::SyncForward => {
+            let (b, m2) = (abs(one("beta")), abs(one("m2")));
+            let am = abs(mu);
+            vec![cells(&|i| {
+                g * r * abs(x[i])
+                    + g * r * am * (1.0 + abs(h[i]) * r * am)
+                    + g * abs(h[i])
+                    + b
+                    + g * abs(h[i]) * r * r * m2 / 2.0
+            })]
+        }
+        Op::SyncBackward => {
+            let dy = &f["dy"];
+            let (a, k, m2) = (one("mean_dy"), one("mean_dy_xhat"), abs(one("m2")));
+            let am = abs(mu);
+            vec![
+                cells(&|i| {
+                    let w = abs(dy[i] - a - h[i] * k);
+                    let v = abs(dy[i] - a - 2.0 * h[i] * k);
+                    g * r * abs(dy[i])
+                        + g * r * r * abs(k) * abs(x[i])
+                        + g * r * w
+                        + g * r * abs(a)
+                        + g * r * abs(h[i]) * abs(k)
+                        + g * r * r * (r * am * w + abs(k) * (1.0 + abs(h[i]) * r * am)) * am
+                        + g * r * r * r * v * m2 / 2.0
+                }),
+                None,
+                None,
+            ]
+        }
+        _ => unreachable!(),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases(256)))]
+
+    /// The four `cond` bounds of the triangle class (no tightness constant holds for them)
+    /// equal the module docs' formulas evaluated independently (plain f64), to the same
+    /// tolerance as `mag`'s table: never measurably below, at most 2^-28 (`SAFE`, interval
+    /// upper bounds) plus the radii's slack above. A term that grew (`a*b` → `a+b`) or a
+    /// factor that went missing fails here even where soundness (`bound >= exact`) still holds.
+    #[test]
+    fn triangle_cond_bounds_match_the_documented_formulas(seed in any::<u64>(), op in 0usize..4) {
+        let op = [Op::Forward, Op::Backward, Op::SyncForward, Op::SyncBackward][op];
+        let ch = gen_channel(op, seed);
+        let Ok(bound) = bound_channel(ch.op, 0, &ch.inp, &ch.eps) else {
+            return Ok(());
+        };
+        for (o, want) in table_cond(&ch).into_iter().enumerate() {
+            let Some(want) = want else { continue };
+            for (i, (b, &w)) in bound[o].iter().zip(&want).enumerate() {
+                let (tol, rel) = (slack(&ch, b), rel_slack(&ch));
+                prop_assert!(
+                    b.cond >= w * (1.0 - 2f64.powi(-40)) - tol
+                        && b.cond <= w * (1.0 + 2f64.powi(-28) + rel) + tol,
+                    "{} [{i}]: cond {:e}, documented formula {w:e} (tol {tol:e}, rel {rel:e}); inputs {:?}",
+                    ch.op.name(), b.cond, ch.f
+                );
+            }
+        }
+    }
 }
