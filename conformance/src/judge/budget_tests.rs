@@ -1111,3 +1111,64 @@ proptest! {
         }
     }
 }
+
+// ------------------------------------------------------------------ budgets_bound_f64
+
+/// `budgets_bound_f64` (the fast path's budgets: channel inputs exact only while bounded) is
+/// `budgets` by `Method::Bound` on the same problem, bit for bit: on generated channels of
+/// every fast-path op, and on the default suite's cases of those ops (several channels,
+/// every layout).
+#[test]
+fn budgets_bound_f64_are_the_bound_budgets() {
+    let fast_ops = [
+        Op::Forward,
+        Op::Backward,
+        Op::Eval,
+        Op::SyncForward,
+        Op::SyncBackward,
+    ];
+    let mut n = 0;
+    for seed in 0..cases(256) as u64 {
+        let ch = gen_channel(fast_ops[seed as usize % 5], seed.wrapping_mul(0x9E37_79B9));
+        let m = ch.f[ch.op.cell_input()].len();
+        let geom =
+            bnconf_spec::Geometry::new(bnconf_spec::Layout::Rows, &[1, m], usize::MAX).unwrap();
+        let values = ch
+            .inp
+            .values
+            .iter()
+            .map(|(&k, v)| (k.to_string(), v.clone()))
+            .collect();
+        let Ok(p) = Problem::new(ch.op, geom.clone(), ch.eps.clone(), values) else {
+            continue;
+        };
+        let floats =
+            ch.f.iter()
+                .map(|(&k, v)| (k.to_string(), v.clone()))
+                .collect();
+        let want = budgets(&p, Method::Bound);
+        let got = budgets_bound_f64(ch.op, &geom, &ch.eps, &floats);
+        match (got, want) {
+            (Ok(g), Ok(w)) => assert_eq!(g, w, "{} {:?}", ch.op.name(), ch.f),
+            (Err(g), Err(w)) => assert_eq!(g.to_string(), w.to_string()),
+            (g, w) => panic!("{} {:?}: {g:?} vs {w:?}", ch.op.name(), ch.f),
+        }
+        n += 1;
+    }
+    assert!(n > cases(256) as usize / 2, "{n}");
+    let s = crate::suite::test_suite("default", &[FloatFormat::F32]);
+    let mut k = 0;
+    for c in s.cases.iter().filter(|c| fast_ops.contains(&c.op)) {
+        let geom = bnconf_spec::Geometry::new(c.layout, &c.shape, usize::MAX).unwrap();
+        let eps = bnconf_spec::exact::parse::parse_rational(&c.eps).unwrap();
+        let got = budgets_bound_f64(c.op, &geom, &eps, &c.inputs).unwrap();
+        assert_eq!(
+            got,
+            budgets(&c.problem(), Method::Bound).unwrap(),
+            "{}",
+            c.id
+        );
+        k += usize::from(geom.c > 1);
+    }
+    assert!(k > 50, "{k} multi-channel cases");
+}
