@@ -9,6 +9,8 @@
 //! (60 s), so a regression to a hang or an exponential parse fails the test instead of
 //! hanging it.
 
+mod common;
+
 use bnconf::formats::npy::{header_bytes, parse_header_counted, Descr, MAX_HEADER_BYTES};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -35,7 +37,7 @@ fn bnconf(args: &[&str]) -> Run {
         dir.join(format!("hostile-{tag}.out")),
         dir.join(format!("hostile-{tag}.err")),
     );
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bnconf"))
+    let mut child = Command::new(common::BNCONF)
         .args(args)
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&out_p).unwrap())
@@ -70,12 +72,7 @@ fn bnconf(args: &[&str]) -> Run {
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("hostile-{}", std::process::id()))
-        .join(name);
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    common::scratch("hostile", name)
 }
 
 /// Every file under `dir`, relative, sorted.
@@ -419,7 +416,7 @@ fn fifo_written_by_exec_kernel_fails_that_case() {
         &script,
         format!(
             "set -e\n'{}' kernel twopass-native \"$1\"\nc=$(ls \"$1\" | grep -v manifest | head -n 1)\nrm \"$1/$c/out/y.npy\"\nmkfifo \"$1/$c/out/y.npy\"\n",
-            env!("CARGO_BIN_EXE_bnconf")
+            common::BNCONF
         ),
     )
     .unwrap();
