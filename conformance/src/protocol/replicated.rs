@@ -18,6 +18,20 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::Path;
 
+/// The shape of output `name` in rank `r`'s directory: the case's, with the rank's rows for a
+/// per-cell output (what `shape_of` gives for the rank's shard, without copying its inputs;
+/// replicated ops have no per-shard outputs).
+fn rank_shape(c: &SuiteCase, r: usize, name: &str) -> Vec<usize> {
+    let mut s = shape_of(c, name);
+    if matches!(
+        bnconf_spec::op::Op::extent(name),
+        bnconf_spec::op::Extent::Cells
+    ) {
+        s[0] = c.shard_sizes[r];
+    }
+    s
+}
+
 /// Rank r's directory of a case directory.
 pub fn rank_dir(cd: &Path, r: usize) -> std::path::PathBuf {
     cd.join(format!("rank{r}"))
@@ -92,14 +106,13 @@ pub fn read_rank_outputs(
     }
     let mut ranks = Vec::new();
     for r in 0..c.shard_sizes.len() {
-        let sh = replicated::shard(c, r);
         let out = rank_dir(&cd, r).join("out");
         let mut got = BTreeMap::new();
         for &name in c.op.outputs() {
             let rel = format!("{}/rank{r}/out/{name}.npy", c.id);
             match read_output(
                 &out.join(format!("{name}.npy")),
-                &shape_of(&sh, name),
+                &rank_shape(c, r, name),
                 c.dtype_of(name),
             ) {
                 Ok(v) => {
@@ -194,4 +207,32 @@ pub fn run_kernel_dir(kernel: &dyn bnconf_impl::ReplicatedKernel, dir: &Path) ->
         }
     }
     Ok(ids.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `rank_shape` is `shape_of` of the rank's shard, for every output of every case of the
+    /// replicated suite.
+    #[test]
+    fn rank_shapes_are_the_shards_shapes() {
+        let s = crate::suite::test_suite("replicated", &[FloatFormat::F32]);
+        let mut n = 0;
+        for c in &s.cases {
+            for r in 0..c.shard_sizes.len() {
+                let sh = replicated::shard(c, r);
+                for &name in c.op.outputs() {
+                    assert_eq!(
+                        rank_shape(c, r, name),
+                        shape_of(&sh, name),
+                        "{} rank {r} {name}",
+                        c.id
+                    );
+                    n += 1;
+                }
+            }
+        }
+        assert!(n > 100, "{n}");
+    }
 }
