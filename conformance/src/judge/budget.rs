@@ -74,7 +74,9 @@
 //!   `cond <= |g|*r*|x_i| + |g|*r*|μ|*(1 + |h_i|*r*|μ|) + |g*h_i| + |b| + |g*h_i|*r²*|m2|/2`.
 //! * sync_backward `dx`: `∂/∂dy_i = g*r`, `∂/∂x_i = -g*r²*K`, `∂/∂g = r*w_i`, `∂/∂A = -g*r`,
 //!   `∂/∂K = -g*r*h_i`, `∂/∂μ = g*r²*(r*μ*w_i + K*(1 - h_i*r*μ))`, `∂/∂m2 = -(g*r³/2)*v_i`:
-//!   the sum of their magnitudes (the `μ` entry by the triangle inequality);
+//!   the sum of their magnitudes, the `μ` entry by the triangle inequality:
+//!   `cond <= |g|*r*(|dy_i| + |w_i| + |A| + |h_i*K|) + |g|*r²*|K|*|x_i|
+//!   + |g|*r²*(r*|μ|*|w_i| + |K|*(1 + |h_i|*r*|μ|))*|μ| + |g|*r³*|v_i|*|m2|/2`;
 //!   `dgamma` (exact): `Σ|h*dy| + r*Σ|dy*x| + r*|μ|*|r*μ*Σdy*h - Σdy| + r²*|Σdy*h|*|m2|/2`.
 //!
 //! The bounds are evaluated in f64 midpoint-radius arithmetic (every signed quantity carries a
