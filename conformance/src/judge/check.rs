@@ -150,8 +150,8 @@ fn fast_ratio(
 
 #[cfg(test)]
 thread_local! {
-    /// How often [`fast_ratio`] fell back to the exact ratio on this thread (tests only: the
-    /// double-double path must serve all but the undecidable values).
+    /// How often [`fast_ratio`] or [`Approx::ratio`] fell back to the exact ratio on this
+    /// thread (tests only: the double-double path must serve all but the undecidable values).
     static EXACT_FALLBACKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
@@ -182,12 +182,16 @@ impl Approx {
     /// equal), falling back to the exact [`budget::ratio`] outside the safe range.
     pub fn ratio(&self, computed: f64, exact: &QSqrt, b: &ElementBudget, u: f64) -> f64 {
         let Some((hi, lo)) = self.0 else {
+            #[cfg(test)]
+            EXACT_FALLBACKS.with(|n| n.set(n.get() + 1));
             return b.ratio(computed, exact, u);
         };
         if !computed.is_finite() {
             return f64::INFINITY;
         }
         if computed.abs() > 2f64.powi(1000) {
+            #[cfg(test)]
+            EXACT_FALLBACKS.with(|n| n.set(n.get() + 1));
             return b.ratio(computed, exact, u);
         }
         // two-sum: computed - hi = s + t exactly
@@ -725,5 +729,62 @@ mod forms_tests {
             mag2: 0.0,
         };
         assert_eq!(fast_ratio(f, 0, 1e30, &inf, u, 8.0), 0.0);
+    }
+
+    /// `Approx::ratio` (the double-double ratio of small cases): in its range it never falls
+    /// back to the exact ratio and agrees with it to 2^-45, also where the exact value is a
+    /// float (`lo = 0`); a computed value beyond 2^1000 (here `f64::MAX` against `-2^999`,
+    /// where the two-sum would overflow) falls back; a NaN or negative budget gives 0 for an
+    /// exact match and inf otherwise, as the exact ratio does.
+    #[test]
+    fn approx_ratio_stays_in_double_double_and_falls_back_at_its_edges() {
+        let fallbacks = || EXACT_FALLBACKS.with(|n| n.get());
+        let q = |v: f64| QSqrt::rational(bnconf_spec::exact::round::f64_to_rational(v).unwrap());
+        let third = QSqrt::rational(bnconf_spec::exact::Rational::new(1.into(), 3.into()));
+        let r = |n: i64| bnconf_spec::exact::Rational::from_integer(n.into());
+        let root = QSqrt::new(r(1), r(1), r(2)); // 1 + sqrt(2)
+        let big = third.clone() * q(2f64.powi(999));
+        let b = ElementBudget {
+            cond: 3.0,
+            mag: 0.5,
+            mag2: 0.0,
+        };
+        let u = FloatFormat::F32.unit_roundoff();
+        for v in [third.clone(), root, q(1.0), q(0.25), big, q(-1e-250)] {
+            let a = Approx::new(&v);
+            let e = approx(&v);
+            for k in [-1e6, -3.0, -1.0, 0.0, 1.0, 2.5, 1e3] {
+                let x = e + k * e.abs() * 2f64.powi(-30);
+                let before = fallbacks();
+                let got = a.ratio(x, &v, &b, u);
+                assert_eq!(fallbacks(), before, "{x:e} against {e:e} fell back");
+                let want = b.ratio(x, &v, u);
+                assert!(
+                    (got - want).abs() <= want * 2f64.powi(-45),
+                    "{x:e} against {e:e}: {got:e}, exact {want:e}"
+                );
+                assert_eq!(got == 0.0, want == 0.0, "{x:e} against {e:e}");
+            }
+        }
+        // Beyond 2^1000: the exact ratio (inf here: the difference overflows), counted.
+        let v = q(-(2f64.powi(999)));
+        let before = fallbacks();
+        let got = Approx::new(&v).ratio(f64::MAX, &v, &b, u);
+        assert_eq!(fallbacks(), before + 1);
+        assert_eq!(got.to_bits(), b.ratio(f64::MAX, &v, u).to_bits(), "{got}");
+        // NaN or negative budgets: 0 for an exact match, inf otherwise.
+        for bad in [f64::NAN, -1e300] {
+            let bb = ElementBudget {
+                cond: bad,
+                mag: 0.0,
+                mag2: 0.0,
+            };
+            for v in [q(0.25), third.clone()] {
+                let a = Approx::new(&v);
+                assert_eq!(a.ratio(0.3, &v, &bb, u), f64::INFINITY, "{bad} {v:?}");
+                assert_eq!(bb.ratio(0.3, &v, u), f64::INFINITY);
+            }
+            assert_eq!(Approx::new(&q(0.25)).ratio(0.25, &q(0.25), &bb, u), 0.0);
+        }
     }
 }
