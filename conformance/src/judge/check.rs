@@ -204,11 +204,8 @@ impl Approx {
         }
         let total = b.total(u);
         if total.is_nan() || total <= 0.0 {
-            return if diff == 0.0 && lo == 0.0 {
-                0.0
-            } else {
-                f64::INFINITY
-            };
+            // (An exact match returned 0 above.)
+            return f64::INFINITY;
         }
         diff / total / u
     }
