@@ -550,11 +550,8 @@ fn cond_is_first_order_effect_of_relative_perturbation() {
 
 #[test]
 fn ratio_edge_cases() {
-    let e = q(1.5);
-    assert_eq!(ratio(1.5, &e, 1e-16, 0.0, 0.0), 0.0);
-    assert_eq!(ratio(1.5000001, &e, 1e-16, 0.0, 0.0), f64::INFINITY);
-    assert_eq!(ratio(f64::NAN, &e, 1e-16, 1.0, 1.0), f64::INFINITY);
-    assert_eq!(ratio(f64::INFINITY, &e, 1e-16, 1.0, 1.0), f64::INFINITY);
+    // (Non-finite results, exact matches and zero, negative, NaN or infinite budgets are the
+    // lib's `ratio_edge_cases_by_definition`; these are the cases it does not have.)
     assert_eq!(ratio(-0.0, &q(0.0), 1e-16, 0.0, 0.0), 0.0);
     // a tiny difference between huge values, exactly: (2^1000 + 2^948) vs 2^1000
     let big = 2f64.powi(1000);

@@ -14,7 +14,7 @@ use super::{compute, FastProblem};
 use crate::error::{ConfError, Result};
 use crate::formats::npy::NpyData;
 use crate::par::*;
-use bnconf_spec::exact::round::{f64_to_rational, round, FloatFormat};
+use bnconf_spec::exact::round::{round, FloatFormat};
 use bnconf_spec::{Geometry, Layout, Op, Problem, QSqrt, Rational};
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -221,7 +221,7 @@ pub fn fast_problem(d: &BenchData, op: Op) -> Result<FastProblem> {
 pub fn exact_problem(d: &BenchData, op: Op) -> Result<Problem> {
     let q = |v: &[f32]| -> Vec<QSqrt> {
         v.iter()
-            .map(|&e| QSqrt::rational(f64_to_rational(e as f64).expect("finite")))
+            .map(|&e| crate::fast::exact_f64(e as f64))
             .collect()
     };
     let mut inputs = BTreeMap::new();

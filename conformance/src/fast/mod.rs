@@ -251,6 +251,11 @@ fn rat(x: f64) -> Rational {
     f64_to_rational(x).expect("finite input")
 }
 
+/// The exact value of a finite f64 (callers have refused NaN and infinities; those panic).
+pub(crate) fn exact_f64(x: f64) -> QSqrt {
+    QSqrt::rational(rat(x))
+}
+
 /// Exact per-channel constants: the cell output is
 /// `P + cx_rat·(x − μ) + (gd_r·(dy − A) + cx_irr·(x − μ))/q · sqrt(q)`.
 #[derive(Clone, Debug)]

@@ -280,7 +280,7 @@ pub fn budgets_bound_f64(
     inputs: &BTreeMap<String, Vec<f64>>,
 ) -> Result<BTreeMap<&'static str, Vec<ElementBudget>>, SpecError> {
     let g = geom;
-    let q = |v: f64| QSqrt::rational(f64_to_rational(v).expect("finite input"));
+    let q = crate::fast::exact_f64;
     let names = op.outputs();
     let per_channel: Vec<Vec<Vec<ElementBudget>>> = (0..g.c)
         .into_par_iter()

@@ -22,9 +22,7 @@ fn rat(v: f64) -> Rational {
     f64_to_rational(v).expect("finite")
 }
 
-fn qs(v: f64) -> QSqrt {
-    QSqrt::rational(rat(v))
-}
+use crate::fast::exact_f64 as qs;
 
 /// `[v - e', v + e']` contains the exact `x` (endpoints evaluated exactly), where
 /// `e' = e * (1 + 2^-49)`: the radius is itself a sum of products rounded to nearest, so it
@@ -527,20 +525,30 @@ proptest! {
     }
 }
 
-/// The module docs' `mag` table (and `mag2`), in plain f64: `(mag, mag2)` per output element.
-fn table_mag(ch: &Chan) -> Vec<Vec<(f64, f64)>> {
-    let f = &ch.f;
-    let one = |n: &str| f[n][0];
+/// What [`table_mag`] and [`table_cond`] start from, in plain f64: the cell input `x` (`m`
+/// values), `x1 = mean |x|`, the channel's `mu` and `r = 1/sqrt(var + eps)` as the op defines
+/// them (batch statistics for the training ops, the given `mean`/`var` for eval, `var = m2 - mu²`
+/// for the sync ops, `(0, 0)` for sync_stats), and `h = (x - mu) r`.
+struct Stats<'a> {
+    x: &'a [f64],
+    m: usize,
+    mf: f64,
+    x1: f64,
+    mu: f64,
+    r: f64,
+    h: Vec<f64>,
+}
+
+fn channel_stats(ch: &Chan) -> Stats<'_> {
+    let one = |n: &str| ch.f[n][0];
     let eps = ch.eps.to_f64().unwrap();
-    let x = &f[ch.op.cell_input()];
+    let x = &ch.f[ch.op.cell_input()][..];
     let m = x.len();
     let mf = m as f64;
     let x1 = x.iter().map(|v| v.abs()).sum::<f64>() / mf;
-    let km = 4.0 + 2.0 * mf.log2();
-    let mean_of = |v: &[f64]| v.iter().sum::<f64>() / mf;
     let (mu, r) = match ch.op {
         Op::Forward | Op::Backward | Op::RunningUpdate => {
-            let mu = mean_of(x);
+            let mu = x.iter().sum::<f64>() / mf;
             let var = x.iter().map(|v| (v - mu) * (v - mu)).sum::<f64>() / mf;
             (mu, 1.0 / (var + eps).sqrt())
         }
@@ -551,8 +559,33 @@ fn table_mag(ch: &Chan) -> Vec<Vec<(f64, f64)>> {
         }
         Op::SyncStats => (0.0, 0.0),
     };
+    let h = x.iter().map(|v| (v - mu) * r).collect();
+    Stats {
+        x,
+        m,
+        mf,
+        x1,
+        mu,
+        r,
+        h,
+    }
+}
+
+/// The module docs' `mag` table (and `mag2`), in plain f64: `(mag, mag2)` per output element.
+fn table_mag(ch: &Chan) -> Vec<Vec<(f64, f64)>> {
+    let f = &ch.f;
+    let one = |n: &str| f[n][0];
+    let Stats {
+        x,
+        m,
+        mf,
+        x1,
+        mu,
+        r,
+        h,
+    } = channel_stats(ch);
+    let km = 4.0 + 2.0 * mf.log2();
     let d: Vec<f64> = x.iter().map(|v| v - mu).collect();
-    let h: Vec<f64> = d.iter().map(|v| v * r).collect();
     let dd = d.iter().map(|v| v * v).sum::<f64>() / mf;
     let cells = |g: &dyn Fn(usize) -> f64| (0..m).map(|i| (g(i), 0.0)).collect::<Vec<_>>();
     let abs = f64::abs;
@@ -991,28 +1024,25 @@ fn no_nan_makes_nan_infinite() {
 /// `|g| r |dy_i| + |g| r² |K| |x_i| + |g| r |w_i| + |g| r |A| + |g| r |h_i| |K|
 /// + |g| r² (r |μ| |w_i| + |K| (1 + |h_i| r |μ|)) |μ| + |g| r³ |v_i| |m2| / 2`.
 fn table_cond(ch: &Chan) -> Vec<Option<Vec<f64>>> {
+    if !matches!(
+        ch.op,
+        Op::Forward | Op::Backward | Op::SyncForward | Op::SyncBackward
+    ) {
+        return ch.op.outputs().iter().map(|_| None).collect();
+    }
     let f = &ch.f;
     let one = |n: &str| f[n][0];
-    let eps = ch.eps.to_f64().unwrap();
     let abs = f64::abs;
-    let x = &f["x"];
-    let m = x.len();
-    let mf = m as f64;
-    let x1 = x.iter().map(|v| v.abs()).sum::<f64>() / mf;
+    let Stats {
+        x,
+        m,
+        mf,
+        x1,
+        mu,
+        r,
+        h,
+    } = channel_stats(ch);
     let mean_of = |v: &dyn Fn(usize) -> f64| (0..m).map(v).sum::<f64>() / mf;
-    let (mu, r) = match ch.op {
-        Op::Forward | Op::Backward => {
-            let mu = x.iter().sum::<f64>() / mf;
-            let var = x.iter().map(|v| (v - mu) * (v - mu)).sum::<f64>() / mf;
-            (mu, 1.0 / (var + eps).sqrt())
-        }
-        Op::SyncForward | Op::SyncBackward => {
-            let mu = one("mean");
-            (mu, 1.0 / (one("m2") - mu * mu + eps).sqrt())
-        }
-        _ => return ch.op.outputs().iter().map(|_| None).collect(),
-    };
-    let h: Vec<f64> = x.iter().map(|v| (v - mu) * r).collect();
     let hx = mean_of(&|j| abs(h[j] * x[j]));
     let g = abs(one("gamma"));
     let cells = |b: &dyn Fn(usize) -> f64| Some((0..m).map(b).collect::<Vec<_>>());

@@ -143,9 +143,15 @@ fn fast_ratio(
             return 0.0;
         }
     }
+    count_exact_fallback();
+    b.ratio(computed, &f.exact(i), u)
+}
+
+/// Counts one fall-back to the exact ratio (in tests; nothing otherwise).
+#[inline]
+fn count_exact_fallback() {
     #[cfg(test)]
     EXACT_FALLBACKS.with(|n| n.set(n.get() + 1));
-    b.ratio(computed, &f.exact(i), u)
 }
 
 #[cfg(test)]
@@ -182,16 +188,14 @@ impl Approx {
     /// equal), falling back to the exact [`budget::ratio`] outside the safe range.
     pub fn ratio(&self, computed: f64, exact: &QSqrt, b: &ElementBudget, u: f64) -> f64 {
         let Some((hi, lo)) = self.0 else {
-            #[cfg(test)]
-            EXACT_FALLBACKS.with(|n| n.set(n.get() + 1));
+            count_exact_fallback();
             return b.ratio(computed, exact, u);
         };
         if !computed.is_finite() {
             return f64::INFINITY;
         }
         if computed.abs() > 2f64.powi(1000) {
-            #[cfg(test)]
-            EXACT_FALLBACKS.with(|n| n.set(n.get() + 1));
+            count_exact_fallback();
             return b.ratio(computed, exact, u);
         }
         // two-sum: computed - hi = s + t exactly
@@ -736,7 +740,7 @@ mod forms_tests {
     #[test]
     fn approx_ratio_stays_in_double_double_and_falls_back_at_its_edges() {
         let fallbacks = || EXACT_FALLBACKS.with(|n| n.get());
-        let q = |v: f64| QSqrt::rational(bnconf_spec::exact::round::f64_to_rational(v).unwrap());
+        let q = crate::fast::exact_f64;
         let third = QSqrt::rational(bnconf_spec::exact::Rational::new(1.into(), 3.into()));
         let r = |n: i64| bnconf_spec::exact::Rational::from_integer(n.into());
         let root = QSqrt::new(r(1), r(1), r(2)); // 1 + sqrt(2)

@@ -172,14 +172,7 @@ impl SuiteCase {
         let inputs = self
             .inputs
             .iter()
-            .map(|(k, v)| {
-                (
-                    k.clone(),
-                    v.iter()
-                        .map(|&x| QSqrt::rational(f64_to_rational(x).expect("finite")))
-                        .collect(),
-                )
-            })
+            .map(|(k, v)| (k.clone(), v.iter().map(|&x| q(x)).collect()))
             .collect();
         Problem::new_with_params(self.op, geom, eps, inputs, self.params())
             .expect("generated case is valid")
@@ -1105,9 +1098,7 @@ fn exact_mean_m2(cells: &[f64]) -> (QSqrt, QSqrt) {
     (&s1 / &n, &s2 / &n)
 }
 
-fn q(x: f64) -> QSqrt {
-    QSqrt::rational(f64_to_rational(x).expect("finite"))
-}
+use crate::fast::exact_f64 as q;
 
 fn round_q(v: &QSqrt, f: FloatFormat) -> f64 {
     bnconf_spec::exact::round::round(v, f).to_f64()

@@ -97,7 +97,7 @@ use crate::suite::{self, Filter, Precision, SuiteCase};
 use bnconf_spec::exact::parse::parse_rational;
 use bnconf_spec::exact::round::f64_to_rational;
 use bnconf_spec::op::{Convention, Params};
-use bnconf_spec::{Geometry, Layout, Op, Problem, QSqrt};
+use bnconf_spec::{Geometry, Layout, Op, Problem};
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -298,7 +298,7 @@ impl KernelCase {
                     ));
                 }
                 if small {
-                    ex.push(QSqrt::rational(f64_to_rational(v).expect("finite")));
+                    ex.push(crate::fast::exact_f64(v));
                 }
             }
             exact_inputs.insert(name.clone(), ex);

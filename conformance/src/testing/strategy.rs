@@ -11,7 +11,7 @@
 //! ([`suite_cases`]); [`super::strategy`] removes them.
 
 use crate::suite::{to_dtype, Level, SuiteCase};
-use bnconf_spec::exact::round::{f64_to_rational, round, FloatFormat};
+use bnconf_spec::exact::round::{round, FloatFormat};
 use bnconf_spec::op::Convention;
 use bnconf_spec::{Geometry, Layout, Op, QSqrt};
 use proptest::prelude::*;
@@ -295,9 +295,7 @@ pub fn suite_cases(ops: Vec<Op>, allow_range: bool) -> impl Strategy<Value = Sui
         .prop_filter_map("statistics overflow the dtype", |(sh, d)| build(&sh, &d))
 }
 
-fn q(x: f64) -> QSqrt {
-    QSqrt::rational(f64_to_rational(x).expect("finite"))
-}
+use crate::fast::exact_f64 as q;
 
 fn round_q(v: &QSqrt, f: FloatFormat) -> f64 {
     round(v, f).to_f64()
