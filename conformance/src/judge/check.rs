@@ -589,6 +589,7 @@ pub fn approx(v: &QSqrt) -> f64 {
 mod forms_tests {
     use super::*;
     use bnconf_spec::exact::round::FloatFormat;
+    use bnconf_spec::Op;
 
     /// The judge's exact outputs from the channel constants equal `Problem::evaluate`'s on
     /// every default-suite case the fast path covers (f32 and f64).
@@ -603,6 +604,88 @@ mod forms_tests {
             }
         }
         assert!(n > 700, "{n}");
+    }
+
+    /// Which cases go through the fast cells: those of an op the fast path covers with at
+    /// least `FAST_JUDGE_MIN_LEN` cells, and every replicated case of such an op (whatever its
+    /// size); the others are prepared one exact number per element. The verdicts are the same
+    /// either way (tested above and in `tests/large_channels.rs`), so only the preparation
+    /// shows which path a case took.
+    #[test]
+    fn large_and_replicated_cases_are_judged_fast() {
+        let s = crate::suite::test_suite("default", &[FloatFormat::F32]);
+        let small = s
+            .cases
+            .iter()
+            .find(|c| c.op == Op::Backward && c.layout == bnconf_spec::Layout::Nchw)
+            .expect("a backward NCHW case")
+            .clone();
+        // Tiled along N (the outermost axis of NCHW) to at least FAST_JUDGE_MIN_LEN cells.
+        let len = small.inputs["x"].len();
+        let k = FAST_JUDGE_MIN_LEN.div_ceil(len);
+        let mut large = small.clone();
+        large.shape[0] *= k;
+        for name in ["x", "dy"] {
+            large
+                .inputs
+                .insert(name.into(), small.inputs[name].repeat(k));
+        }
+        let r = crate::suite::test_suite("replicated", &[FloatFormat::F32]);
+        let replicated = r
+            .cases
+            .iter()
+            .filter(|c| crate::fast::covers(c.op))
+            .min_by_key(|c| c.inputs["x"].len())
+            .expect("a replicated case")
+            .clone();
+        assert!(len < FAST_JUDGE_MIN_LEN && replicated.inputs["x"].len() < FAST_JUDGE_MIN_LEN);
+        let stats = r
+            .cases
+            .iter()
+            .find(|c| !crate::fast::covers(c.op))
+            .expect("a replicated case the fast path does not cover")
+            .clone();
+        let p = prepare(&[
+            small.clone(),
+            large.clone(),
+            replicated.clone(),
+            stats.clone(),
+        ])
+        .unwrap();
+        let fast: Vec<bool> = p.iter().map(|p| p.fast.is_some()).collect();
+        assert_eq!(
+            fast,
+            [false, true, true, false],
+            "small, large, replicated, {}",
+            stats.id
+        );
+        for c in [&small, &large, &replicated, &stats] {
+            assert_eq!(
+                judged_fast(c),
+                prepare(std::slice::from_ref(c)).unwrap()[0].fast.is_some(),
+                "{}",
+                c.id
+            );
+        }
+        // The threshold itself, on the cell count alone.
+        let mut edge = small;
+        for (n, fast) in [(FAST_JUDGE_MIN_LEN - 1, false), (FAST_JUDGE_MIN_LEN, true)] {
+            edge.inputs.insert("x".into(), vec![1.0; n]);
+            assert_eq!(judged_fast(&edge), fast, "{n} cells");
+        }
+        // Large and the same as the exact preparation: the fast one agrees with it.
+        let exact = prepare_with(std::slice::from_ref(&large), false).unwrap();
+        assert!(exact[0].fast.is_none());
+        let name = large.op.outputs()[0];
+        assert_eq!(p[1].output_len(name), exact[0].output_len(name));
+        assert_eq!(p[1].output_len(name), large.inputs["x"].len());
+        for i in [0, 1, len, large.inputs["x"].len() - 1] {
+            assert_eq!(
+                p[1].exact_at(name, i),
+                exact[0].exact_at(name, i),
+                "{name}[{i}]"
+            );
+        }
     }
 
     /// `fast_ratio` (double-double value and its error bound, exact where they cannot decide
