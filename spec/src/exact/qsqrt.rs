@@ -360,6 +360,25 @@ mod tests {
             BigInt::from(11)
         );
     }
+    /// `floor` far from zero: its first estimate must be within a few units (the exact
+    /// correction after it steps one unit at a time).
+    #[test]
+    fn floor_of_large_values() {
+        let big = BigInt::from(1) << 200usize;
+        let b = |n: &BigInt| Rational::from_integer(n.clone());
+        // 2^200 + sqrt 2, -2^200 + sqrt 2, 2^200 - sqrt 2
+        for (a, s, want) in [
+            (big.clone(), 1, &big + 1),
+            (-&big, 1, -&big + 1),
+            (big.clone(), -1, &big - 2),
+        ] {
+            assert_eq!(QSqrt::new(b(&a), q(s, 1), q(2, 1)).floor(), want);
+        }
+        // 2^100 sqrt 2 = sqrt(2^201): floor is the integer square root
+        let v = QSqrt::new(q(0, 1), b(&(BigInt::from(1) << 100usize)), q(2, 1));
+        assert_eq!(v.floor(), (BigInt::from(1) << 201usize).sqrt());
+        assert_eq!((-v).floor(), -(BigInt::from(1) << 201usize).sqrt() - 1);
+    }
     #[test]
     fn in_field_rewrites_compatible_radicands() {
         let v = QSqrt::new(q(1, 1), q(1, 1), q(8, 1)); // 1 + sqrt 8 = 1 + 2 sqrt 2

@@ -411,6 +411,107 @@ mod tests {
         parse_rational(s).unwrap()
     }
 
+    /// Positive values of every kind `round` sees: integers, fractions, the subnormal and
+    /// overflow ranges, `a + b sqrt(d)` with `b` of either sign (`3 - 2 sqrt 2` cancels to
+    /// 0.17; `r = 1` there), scaled far up and down.
+    fn positive_values() -> Vec<QSqrt> {
+        let q = |n: i64, d: i64| Rational::new(BigInt::from(n), BigInt::from(d));
+        let sq = |a: Rational, b: Rational, d: i64| QSqrt::new(a, b, q(d, 1));
+        let mut base = vec![
+            QSqrt::rational(q(1, 3)),
+            QSqrt::int(5),
+            QSqrt::int(1),
+            QSqrt::rational(q(7, 1 << 60)),
+            QSqrt::rational(f64_to_rational(f64::MAX).unwrap()),
+            QSqrt::rational(pow2(-1074)),
+            sq(q(3, 1), q(-2, 1), 2),
+            sq(q(1, 1), q(1, 1), 2),
+            sq(q(0, 1), q(1, 1), 3),
+            sq(q(1, 1), q(-1, 2), 3),
+            sq(q(-3, 2), q(1, 1), 3),
+            sq(q(22, 7), q(-1, 5), 11),
+            sq(q(0, 1), q(5, 7), 6),
+        ];
+        for k in [-1100i64, -700, -64, -3, 2, 60, 500, 1000] {
+            base.extend(base.clone()[..13].iter().map(|v| v.mul_pow2(k)));
+        }
+        for v in &base {
+            assert_eq!(v.signum(), 1, "{v}");
+        }
+        base
+    }
+
+    /// `floor(log2 v)` by comparison with powers of two, walking from `start`; the number of
+    /// steps is how far `start` was.
+    fn exact_log2(v: &QSqrt, start: i64) -> (i64, i64) {
+        let (mut e, mut steps) = (start, 0);
+        while v.cmp_rational(&pow2(e)) == std::cmp::Ordering::Less {
+            e -= 1;
+            steps += 1;
+        }
+        while v.cmp_rational(&pow2(e + 1)) != std::cmp::Ordering::Less {
+            e += 1;
+            steps += 1;
+        }
+        (e, steps)
+    }
+
+    /// `floor_scaled(k)` is `floor(v * 2^k)` (against `QSqrt::floor`, which corrects its own
+    /// estimate by exact comparisons) and says whether that floor is exact.
+    #[test]
+    fn floor_scaled_is_the_exact_floor() {
+        for v in positive_values() {
+            let f = IntForm::new(&v);
+            for k in [-1200i64, -80, -53, -1, 0, 1, 2, 24, 53, 54, 300, 1200] {
+                let w = v.mul_pow2(k);
+                let want = w.floor();
+                let exact = w == QSqrt::rational(Rational::from_integer(want.clone()));
+                assert_eq!(f.floor_scaled(k), (want, exact), "floor({v} * 2^{k})");
+            }
+        }
+    }
+
+    /// `approx_log2` is `round`'s first guess at the binade, then corrected by exact floors:
+    /// within 2 of `floor(log2 v)`, so `round` needs at most two more of them.
+    #[test]
+    fn approx_log2_is_within_two_binades() {
+        for v in positive_values() {
+            let guess = IntForm::new(&v).approx_log2();
+            let (e, steps) = exact_log2(&v, guess);
+            assert!(steps <= 2, "{v}: guess {guess}, floor(log2) {e}");
+        }
+    }
+
+    /// `IntForm::signum` is the sign of the value, also where `p` and `q sqrt(d)` cancel.
+    #[test]
+    fn int_form_signum_is_the_sign() {
+        for v in positive_values() {
+            assert_eq!(IntForm::new(&v).signum(), 1, "{v}");
+            assert_eq!(IntForm::new(&-v.clone()).signum(), -1, "{v}");
+        }
+        assert_eq!(IntForm::new(&QSqrt::int(0)).signum(), 0);
+    }
+
+    /// The names FORMAT.md uses, read back, nothing else read; `u = 2^-p` written out.
+    #[test]
+    fn format_names_and_unit_roundoffs() {
+        let table = [
+            (FloatFormat::F64, "f64", 2f64.powi(-53)),
+            (FloatFormat::F32, "f32", 2f64.powi(-24)),
+            (FloatFormat::F16, "f16", 2f64.powi(-11)),
+            (FloatFormat::BF16, "bf16", 2f64.powi(-8)),
+        ];
+        assert_eq!(table.map(|t| t.0), FloatFormat::ALL);
+        for (f, name, u) in table {
+            assert_eq!(f.name(), name);
+            assert_eq!(FloatFormat::from_name(name), Some(f));
+            assert_eq!(f.unit_roundoff(), u, "{name}");
+        }
+        for bad in ["", "F32", "f8", "float32", "f64 ", "bf"] {
+            assert_eq!(FloatFormat::from_name(bad), None, "{bad:?}");
+        }
+    }
+
     #[test]
     fn known_values() {
         let third = r("1/3");
