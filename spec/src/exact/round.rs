@@ -492,6 +492,25 @@ mod tests {
         assert_eq!(IntForm::new(&QSqrt::int(0)).signum(), 0);
     }
 
+    /// A value just below a power of two (within half an ulp) rounds up to it: the
+    /// significand carries out to `2^p` and is renormalised, in every format and binade,
+    /// irrational values too (`2^k (1 - 2^-(p+2))` and `2^k (1 - sqrt(2) 2^-(p+3))`).
+    #[test]
+    fn rounding_up_into_the_next_binade() {
+        for f in FloatFormat::ALL {
+            let p = f.precision() as i64;
+            for k in [f.emin(), -3, 0, 1, 7, f.emax() - 1] {
+                let below = QSqrt::rational(pow2(k) * (Rational::one() - pow2(-(p + 2))));
+                let irr = QSqrt::new(pow2(k), -pow2(k - p - 3), Rational::from_integer(2.into()));
+                for v in [below, irr] {
+                    let r = round(&v, f);
+                    assert_eq!(r.to_rational(), Some(pow2(k)), "{v} in {}", f.name());
+                    assert_eq!(r.mant, 1u64 << (p - 1), "{v} in {}", f.name());
+                }
+            }
+        }
+    }
+
     /// The names FORMAT.md uses, read back, nothing else read; `u = 2^-p` written out.
     #[test]
     fn format_names_and_unit_roundoffs() {
