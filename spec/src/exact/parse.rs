@@ -235,9 +235,6 @@ pub fn parse_exact_with(s: &str, lim: &Limits) -> Result<QSqrt, ParseError> {
     if sign < 0 {
         b = -b;
     }
-    if a_str.is_empty() && head.is_empty() && sign < 0 {
-        b = -b.abs();
-    }
     Ok(QSqrt::new(a, b, d))
 }
 
@@ -299,6 +296,120 @@ mod tests {
         assert!(parse_rational("1.2.3").is_err());
         assert!(parse_rational("").is_err());
     }
+    /// Every limit is inclusive: a literal of exactly `max_len` bytes, an exponent of exactly
+    /// `max_exponent` (the written one, and the magnitude with the integer digits counted)
+    /// are read; one more is refused, with the reason.
+    #[test]
+    fn limits_are_inclusive() {
+        let lim = Limits {
+            max_len: 8,
+            max_exponent: 10,
+        };
+        let ok = |s: &str| parse_rational_with(s, &lim).unwrap_or_else(|e| panic!("{s}: {e}"));
+        let reason = |s: &str| parse_rational_with(s, &lim).unwrap_err().reason;
+        assert_eq!(ok("12345678"), q(12345678, 1));
+        assert_eq!(reason("123456789"), "longer than 8 bytes");
+        assert_eq!(reason("123456789012"), "longer than 8 bytes");
+        // The decimal exponent as written, and the magnitude: the value is below 10^(exponent
+        // + integer digits).
+        let beyond = "exponent beyond the limit of 10";
+        assert_eq!(ok("1e9"), q(1_000_000_000, 1)); // magnitude 10
+        assert_eq!(reason("1e10"), beyond); // magnitude 11
+        assert_eq!(ok("1e-10"), q(1, 10_000_000_000)); // exponent 10
+        assert_eq!(reason("1e-11"), beyond); // exponent 11
+        assert_eq!(reason("123e-11"), beyond); // exponent 11, magnitude 8
+        assert_eq!(reason("123e8"), beyond); // magnitude 11
+        let wide = Limits {
+            max_len: 64,
+            max_exponent: 10,
+        };
+        assert_eq!(
+            parse_rational_with("1234567890", &wide).unwrap(),
+            q(1234567890, 1)
+        );
+        assert_eq!(
+            parse_rational_with("12345678901", &wide)
+                .unwrap_err()
+                .reason,
+            beyond
+        );
+        // Hex floats: the binary exponent as written, and with 4 bits per integer digit.
+        let hex = Limits {
+            max_len: 64,
+            max_exponent: 16,
+        };
+        let h = |s: &str| parse_rational_with(s, &hex).map_err(|e| e.reason);
+        let beyond = Err("exponent beyond the limit of 16".to_string());
+        assert_eq!(h("0x1p12"), Ok(q(4096, 1))); // 12 + 4
+        assert_eq!(h("0x1p13"), beyond); // 13 + 4
+        assert_eq!(h("0x123p4"), Ok(q(0x1230, 1))); // 4 + 4*3
+        assert_eq!(h("0x123p5"), beyond); // 5 + 4*3
+        assert_eq!(h("0x1p-16"), Ok(q(1, 65536))); // exponent 16
+        assert_eq!(h("0x1p-17"), beyond); // exponent 17
+        assert_eq!(h("0x123p-8"), Ok(q(0x123, 256)));
+        // The exact-value form, on its whole length.
+        let lim = Limits {
+            max_len: 13,
+            max_exponent: 10,
+        };
+        assert_eq!(
+            parse_exact_with("1 + 2*sqrt(3)", &lim).unwrap(),
+            QSqrt::new(q(1, 1), q(2, 1), q(3, 1))
+        );
+        for long in ["1 + 2*sqrt(3) ", "1 + 20*sqrt(3)", "10 + 20*sqrt(30)"] {
+            assert_eq!(
+                parse_exact_with(long, &lim).unwrap_err().reason,
+                "longer than 13 bytes",
+                "{long:?}"
+            );
+        }
+    }
+
+    /// Exponents of up to 18 digits are read (and then held to the limit, except for a zero
+    /// significand, which is 0 whatever its exponent); 19 digits are refused outright.
+    #[test]
+    fn exponent_digits() {
+        let e18 = format!("0e{}", "9".repeat(18));
+        assert_eq!(parse_rational(&e18).unwrap(), q(0, 1));
+        assert_eq!(
+            parse_rational(&format!("0e{}", "0".repeat(30))).unwrap(),
+            q(0, 1)
+        );
+        let e19 = format!("0e{}", "9".repeat(19));
+        assert_eq!(
+            parse_rational(&e19).unwrap_err().reason,
+            "exponent beyond the limit of 10000"
+        );
+    }
+
+    /// Malformed literals are refused with the reason, and the message names the literal.
+    #[test]
+    fn malformed_literals() {
+        let reason = |s: &str| parse_rational(s).unwrap_err().reason;
+        for s in ["1e", "1e+", "1e5x", "1e-", "0x1p", "0x1p+z", "2e1.5"] {
+            assert!(
+                reason(s).contains("exponent") || reason(s) == "not a number",
+                "{s}: {}",
+                reason(s)
+            );
+        }
+        assert_eq!(reason("1e"), "malformed exponent");
+        assert_eq!(reason("1e5x"), "malformed exponent");
+        assert_eq!(reason("0x1p"), "malformed exponent");
+        assert_eq!(reason("1_000/3"), "numerator is not an integer");
+        assert_eq!(reason("3/1_000"), "denominator is not an integer");
+        assert_eq!(reason("+/3"), "numerator is not an integer");
+        assert_eq!(reason("0x"), "not a number");
+        assert_eq!(reason("0xg"), "not a hex float");
+        assert_eq!(
+            parse_rational("1/0").unwrap_err().to_string(),
+            "invalid number \"1/0\": zero denominator"
+        );
+        for s in ["sqrt(2)x", "1 + sqrt(2) 3", "1 + 2*sqrt(3)) + 1"] {
+            assert!(parse_exact(s).is_err(), "{s}");
+        }
+    }
+
     #[test]
     fn exact_values_round_trip() {
         for s in [
