@@ -443,8 +443,9 @@ impl Prepared {
     }
 }
 
-/// The [`OutputResult`] of an output from its ratios: the worst element (NaN first), the
-/// count over `k`.
+/// The [`OutputResult`] of an output from its ratios: the worst element (the first of the
+/// greatest ratio, a NaN ratio counting as +inf), the count over `k` (a ratio of exactly `k`
+/// is within it).
 pub(crate) fn worst_of(
     name: &str,
     ratios: &[f64],
@@ -453,21 +454,20 @@ pub(crate) fn worst_of(
     exact_at: impl Fn(usize) -> QSqrt,
     budgets: &[ElementBudget],
 ) -> OutputResult {
+    // (The ratio functions return inf, never NaN, for a non-finite value; this keeps a NaN
+    // from hiding behind a finite ratio should one ever come.)
+    let key = |r: f64| if r.is_nan() { f64::INFINITY } else { r };
     let mut worst = 0usize;
-    for (i, r) in ratios.iter().enumerate() {
-        if r.is_nan() || *r > ratios[worst] || ratios[worst].is_nan() && !r.is_nan() {
+    for (i, &r) in ratios.iter().enumerate() {
+        if key(r) > key(ratios[worst]) {
             worst = i;
         }
     }
-    let n_over = ratios.iter().filter(|r| r.is_nan() || **r > k).count();
+    let n_over = ratios.iter().filter(|&&r| key(r) > k).count();
     let worst_exact = exact_at(worst);
     OutputResult {
         name: name.to_string(),
-        worst_ratio: if ratios[worst].is_nan() {
-            f64::INFINITY
-        } else {
-            ratios[worst]
-        },
+        worst_ratio: key(ratios[worst]),
         index: worst,
         expected: worst_exact.to_string(),
         expected_f64: round(&worst_exact, FloatFormat::F64).to_f64(),
@@ -686,6 +686,63 @@ mod forms_tests {
                 "{name}[{i}]"
             );
         }
+    }
+
+    /// `worst_of` names the first element of the greatest ratio (NaN as +inf) and counts the
+    /// ratios over `k` (not those at it); `verdict_of` passes exactly when none is over, and
+    /// `conforms` is that verdict.
+    #[test]
+    fn the_worst_element_and_the_verdict() {
+        let b = ElementBudget {
+            cond: 1.0,
+            mag: 0.0,
+            mag2: 0.0,
+        };
+        let worst = |ratios: &[f64], k: f64| {
+            let n = ratios.len();
+            let vals: Vec<f64> = (0..n).map(|i| i as f64 + 0.5).collect();
+            let exact = |i: usize| QSqrt::int(i as i64);
+            let o = worst_of("y", ratios, k, &vals, exact, &vec![b; n]);
+            assert_eq!(o.len, n);
+            assert_eq!(o.actual, vals[o.index]);
+            assert_eq!(o.expected, o.index.to_string());
+            (o.index, o.worst_ratio, o.n_over)
+        };
+        assert_eq!(worst(&[0.0], 4.0), (0, 0.0, 0));
+        assert_eq!(worst(&[1.0, 3.0, 2.0], 4.0), (1, 3.0, 0));
+        assert_eq!(worst(&[2.0, 5.0, 5.0, 1.0], 4.0), (1, 5.0, 2));
+        assert_eq!(worst(&[4.0, 4.0, 3.9], 4.0), (0, 4.0, 0));
+        assert_eq!(worst(&[1.0, f64::NAN, 7.0], 4.0), (1, f64::INFINITY, 2));
+        assert_eq!(worst(&[f64::NAN, 1.0, 2.0], 4.0), (0, f64::INFINITY, 1));
+        assert_eq!(
+            worst(&[3.0, f64::INFINITY, f64::NAN], 4.0),
+            (1, f64::INFINITY, 2)
+        );
+
+        let s = crate::suite::test_suite("default", &[FloatFormat::F64]);
+        let c = s
+            .cases
+            .iter()
+            .find(|c| c.op == Op::Eval)
+            .expect("an eval case");
+        let p = &prepare(std::slice::from_ref(c)).unwrap()[0];
+        let name = c.op.outputs()[0];
+        let golden: Vec<f64> = (0..p.output_len(name))
+            .map(|i| approx(&p.exact_at(name, i)))
+            .collect();
+        let mut computed = BTreeMap::from([(name.to_string(), golden.clone())]);
+        let pass = p.judge(&computed);
+        assert_eq!(pass.verdict, Verdict::Pass);
+        assert!(pass.conforms() && pass.computed.is_none());
+        computed.get_mut(name).unwrap()[0] = golden[0] * 1.5 + 1.0;
+        let fail = p.judge(&computed);
+        assert_eq!(fail.verdict, Verdict::Fail);
+        assert!(!fail.conforms() && fail.computed.is_some());
+        assert_eq!(fail.outputs[0].index, 0);
+        assert_eq!(fail.outputs[0].n_over, 1);
+        assert!(!p.malformed("x").conforms() && !p.unsupported("x").conforms());
+        computed.get_mut(name).unwrap().pop();
+        assert!(matches!(p.judge(&computed).verdict, Verdict::Malformed(_)));
     }
 
     /// `fast_ratio` (double-double value and its error bound, exact where they cannot decide
