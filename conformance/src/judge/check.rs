@@ -745,6 +745,62 @@ mod forms_tests {
         assert!(matches!(p.judge(&computed).verdict, Verdict::Malformed(_)));
     }
 
+    /// `run_kernel` judges every prepared case in order; `summarize` counts the verdicts
+    /// (malformed as failed) and keeps the worst ratio of the judged ones; `to_json` carries
+    /// the reason of an unsupported or malformed case, and `null` otherwise.
+    #[test]
+    fn runs_summaries_and_records() {
+        let s = crate::suite::test_suite("default", &[FloatFormat::F64]);
+        let cases: Vec<SuiteCase> = s
+            .cases
+            .iter()
+            .filter(|c| c.op == Op::Eval)
+            .take(3)
+            .cloned()
+            .collect();
+        let prepared = prepare(&cases).unwrap();
+        let good = bnconf_impl::kernel_by_name("twopass-native").expect("twopass-native");
+        let rs = run_kernel(good.as_ref(), &prepared);
+        let ids: Vec<&str> = rs.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, cases.iter().map(|c| c.id.as_str()).collect::<Vec<_>>());
+        assert!(rs.iter().all(|r| r.verdict == Verdict::Pass), "{rs:?}");
+
+        let p = &prepared[0];
+        let name = cases[0].op.outputs()[0];
+        let mut bad = BTreeMap::from([(name.to_string(), vec![1e300; p.output_len(name)])]);
+        let fail = p.judge(&bad);
+        bad.get_mut(name).unwrap().clear();
+        let all = [
+            rs[0].clone(),
+            rs[1].clone(),
+            fail.clone(),
+            p.judge(&bad),
+            p.unsupported("not here"),
+            p.unsupported("nor here"),
+        ];
+        let sum = summarize(&all);
+        assert_eq!((sum.passed, sum.failed, sum.unsupported), (2, 2, 2));
+        assert_eq!(sum.worst, fail.worst_ratio);
+        assert!(sum.worst > rs[0].worst_ratio.max(rs[1].worst_ratio));
+        let only_passes = summarize(&rs[..2]);
+        assert_eq!(only_passes.worst, rs[0].worst_ratio.max(rs[1].worst_ratio));
+        assert_eq!(summarize(&[]).worst, 0.0);
+
+        assert_eq!(all[4].to_json()["reason"], "not here");
+        assert_eq!(all[4].to_json()["verdict"], "unsupported");
+        let malformed = all[3].to_json();
+        assert_eq!(malformed["verdict"], "malformed");
+        assert!(
+            malformed["reason"]
+                .as_str()
+                .unwrap()
+                .contains("has 0 values"),
+            "{malformed}"
+        );
+        assert_eq!(all[0].to_json()["reason"], Value::Null);
+        assert_eq!(all[0].to_json()["verdict"], "pass");
+    }
+
     /// `fast_ratio` (double-double value and its error bound, exact where they cannot decide
     /// `ratio <= k`) against the exact ratio `ElementBudget::ratio`, on the element output of
     /// every default-suite case the fast cells cover (f32 and f64; the first 8 elements of
