@@ -360,6 +360,22 @@ mod tests {
             BigInt::from(11)
         );
     }
+    /// Division in the field, with an irrational numerator and a denominator whose norm
+    /// `c^2 - e^2 d` is not 1: `(1 + 2 sqrt 3) / (5 - sqrt 3) = (1 + sqrt 3) / 2`; by a
+    /// rational; and the quotient times the divisor is the dividend.
+    #[test]
+    fn division_in_the_field() {
+        let s3 = |a: Rational, b: Rational| QSqrt::new(a, b, q(3, 1));
+        let x = s3(q(1, 1), q(2, 1));
+        let y = s3(q(5, 1), q(-1, 1));
+        assert_eq!(&x / &y, s3(q(1, 2), q(1, 2)));
+        assert_eq!(&y / &x, s3(q(-1, 1), q(1, 1)));
+        assert_eq!(&x / &QSqrt::int(4), s3(q(1, 4), q(1, 2)));
+        assert_eq!(&QSqrt::int(3) / &y, s3(q(15, 22), q(3, 22)));
+        for (n, m) in [(&x, &y), (&y, &x), (&x, &x)] {
+            assert_eq!(&(n / m) * m, n.clone(), "({n}) / ({m})");
+        }
+    }
     /// `floor` far from zero: its first estimate must be within a few units (the exact
     /// correction after it steps one unit at a time).
     #[test]
