@@ -431,9 +431,11 @@ mod tests {
             sq(q(-3, 2), q(1, 1), 3),
             sq(q(22, 7), q(-1, 5), 11),
             sq(q(0, 1), q(5, 7), 6),
+            // a large radicand (2^61 - 1, prime): sqrt(d) is 2^30.5, far from d's own binade
+            sq(q(1, 1), q(1, 3), (1 << 61) - 1),
         ];
         for k in [-1100i64, -700, -64, -3, 2, 60, 500, 1000] {
-            base.extend(base.clone()[..13].iter().map(|v| v.mul_pow2(k)));
+            base.extend(base.clone()[..14].iter().map(|v| v.mul_pow2(k)));
         }
         for v in &base {
             assert_eq!(v.signum(), 1, "{v}");
