@@ -21,7 +21,9 @@ eps rounded to T), ${FEATURE_INDEX} (1 nchw, 3 nhwc), ${REDUCE_DIMS} (e.g. `0, 2
 ${M} (cells per channel, an integer). It may define `func.func @forward(x, gamma, beta) ->
 (y, mean, var)`, `@backward(x, dy, gamma) -> (dx, dgamma, dbeta)` and
 `@eval(x, gamma, beta, mean, var) -> (y)`; an op whose function it does not define is
-unsupported. Each case compiles only its own function (the others are made private and
+unsupported. The functions may sit in a named module (`module @name { ... }`) or an unnamed one
+(bare functions or `module { ... }`); both engines run either (IREE's VM module takes the MLIR
+module's name, and the adapter looks the function up in the module IREE compiled). Each case compiles only its own function (the others are made private and
 dropped by `symbol-dce` before the engine sees the module), so one function the engine
 refuses does not take the others with it.
 
@@ -250,8 +252,15 @@ class IREE:
         except self.ic.CompilerToolError as e:
             raise CompileError(f"IREE: {e}") from None
         ctx = self.rt.SystemContext(config=self.config)
-        ctx.add_vm_module(self.rt.VmModule.copy_buffer(ctx.instance, vmfb))
-        return ctx.modules.module[fname]
+        vm = self.rt.VmModule.copy_buffer(ctx.instance, vmfb)
+        ctx.add_vm_module(vm)
+        # The VM module is named after the MLIR module's symbol (`module @bn { ... }` -> "bn"),
+        # and "module" only when the MLIR module is unnamed: look the function up under the
+        # name of the module IREE actually compiled, not under the default.
+        if vm.lookup_function(fname) is None:
+            raise CompileError(f"IREE: the compiled VM module '{vm.name}' exports no function "
+                               f"'{fname}' (it exports {', '.join(vm.function_names) or 'none'})")
+        return ctx.modules[vm.name][fname]
 
     def call(self, fn, args):
         outs = fn(*args)
