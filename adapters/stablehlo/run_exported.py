@@ -76,8 +76,9 @@ class IREE:
         vmfb = self.ic.compile_str(text, target_backends=["llvm-cpu"], input_type="stablehlo",
                                    extra_args=self.flags)
         ctx = self.rt.SystemContext(config=self.config)
-        ctx.add_vm_module(self.rt.VmModule.copy_buffer(ctx.instance, vmfb))
-        outs = ctx.modules.module["main"]()
+        vm = self.rt.VmModule.copy_buffer(ctx.instance, vmfb)
+        ctx.add_vm_module(vm)
+        outs = ctx.modules[vm.name]["main"]()  # the VM module takes the MLIR module's name, if any
         if not isinstance(outs, (list, tuple)):
             outs = [outs]
         return [np.asarray(o.to_host()) if hasattr(o, "to_host") else np.asarray(o) for o in outs]
