@@ -379,17 +379,17 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
         Cmd::Kernel { list, name, dir } => {
             if list {
                 for k in bnconf_impl::all_kernels() {
-                    let v = match k.verdict() {
-                        bnconf_impl::Verdict::Good => "good",
-                        bnconf_impl::Verdict::KnownBad => "known-bad",
+                    let v = match k.expected() {
+                        bnconf_impl::Expected::Good => "good",
+                        bnconf_impl::Expected::KnownBad => "known-bad",
                     };
                     println!("{}\t{v}\t{}", k.name(), k.description());
                 }
                 // Replicated kernels: they run the `replicated` suite's cases, all ranks.
                 for k in bnconf_impl::all_replicated_kernels() {
-                    let v = match k.verdict() {
-                        bnconf_impl::Verdict::Good => "good",
-                        bnconf_impl::Verdict::KnownBad => "known-bad",
+                    let v = match k.expected() {
+                        bnconf_impl::Expected::Good => "good",
+                        bnconf_impl::Expected::KnownBad => "known-bad",
                     };
                     println!("{}\t{v}\t[replicated suite] {}", k.name(), k.description());
                 }
@@ -706,7 +706,7 @@ fn cmd_run(
                 if wanted(k.name()) {
                     rows.push(RunRow {
                         name: k.name(),
-                        good: k.verdict() == bnconf_impl::Verdict::Good,
+                        good: k.expected() == bnconf_impl::Expected::Good,
                         shows: "replicated",
                         results: bnconf::judge::replicated::run_kernel(k.as_ref(), &prepared),
                     });
@@ -717,7 +717,7 @@ fn cmd_run(
                 if wanted(k.name()) {
                     rows.push(RunRow {
                         name: k.name(),
-                        good: k.verdict() == bnconf_impl::Verdict::Good,
+                        good: k.expected() == bnconf_impl::Expected::Good,
                         shows: k.defect_suite(),
                         results: check::run_kernel(k.as_ref(), &prepared),
                     });
