@@ -26,7 +26,14 @@
 //! | [`report`] | human, JSON and JUnit reports |
 //! | [`fast`] | exact goldens at float speed (bit-identical to the exact path) |
 //! | [`peers`] | peers' own test data judged by the reference (ONNX) |
+//! | [`shrink`] | shrinking a failing case to a smaller one that fails the same way |
 //! | [`testing`] | the library API for users' own test suites |
+//! | [`error`], [`par`] | utilities under every layer: the error type, optional data parallelism |
+//!
+//! The layers, lowest first: formats → fast → suite → judge → report and protocol → shrink
+//! and testing; a module imports only from its own layer or below. The `bnconf` binary is not
+//! part of the library: its files are `src/cli/` (`main.rs` the arguments and the dispatch,
+//! one file per subcommand), and it uses the library only through its public API.
 
 pub mod error;
 pub mod fast;

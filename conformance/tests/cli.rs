@@ -9,10 +9,7 @@ mod common;
 use common::{bnconf, text};
 
 fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("bnconf-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    common::scratch("cli", name)
 }
 
 #[test]
@@ -221,7 +218,7 @@ fn protocol_known_bad_missing_malformed_and_unsupported() {
 
 #[test]
 fn check_exec_and_harness_errors() {
-    let me = env!("CARGO_BIN_EXE_bnconf");
+    let me = common::BNCONF;
     let o = bnconf(&[
         "check",
         "--suite",
@@ -307,7 +304,7 @@ fn closed_stdout_ends_quietly() {
         vec!["kernel", "--list"],
         vec!["golden", case.to_str().unwrap()],
     ] {
-        let o = std::process::Command::new(env!("CARGO_BIN_EXE_bnconf"))
+        let o = common::command()
             .args(&args)
             .stdout(std::process::Stdio::from(w.try_clone().unwrap()))
             .stderr(std::process::Stdio::piped())

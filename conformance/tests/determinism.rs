@@ -3,17 +3,13 @@
 //! npy path and the per-element exact path), `export` (every file of the suite directory),
 //! and `check --exec ... --report --junit`.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 fn scratch(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("determinism-{}", std::process::id()))
-        .join(name);
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    common::scratch("determinism", name)
 }
 
 /// Every file under `dir`, by relative path.
@@ -37,11 +33,7 @@ fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
 /// Run `bnconf ARGS` with `RAYON_NUM_THREADS=threads`; panics unless the exit status is one
 /// of `ok`.
 fn bnconf(threads: usize, args: &[&str], ok: &[i32]) {
-    let out = Command::new(env!("CARGO_BIN_EXE_bnconf"))
-        .args(args)
-        .env("RAYON_NUM_THREADS", threads.to_string())
-        .output()
-        .unwrap();
+    let out = common::bnconf_env(args, &[("RAYON_NUM_THREADS", threads.to_string())]);
     assert!(
         out.status.code().is_some_and(|c| ok.contains(&c)),
         "bnconf {args:?} exited with {:?}: {}",
@@ -165,7 +157,7 @@ fn export_is_deterministic() {
 
 #[test]
 fn check_reports_are_deterministic() {
-    let exec = format!("{} kernel twopass-f64", env!("CARGO_BIN_EXE_bnconf"));
+    let exec = format!("{} kernel twopass-f64", common::BNCONF);
     same_everywhere("check", |t, d| {
         let (r, j) = (d.join("r.json"), d.join("j.xml"));
         bnconf(

@@ -2,19 +2,17 @@
 //! byte for byte, as the per-element exact path (`--exact-path`), for 1 and 2 threads; its
 //! errors are the exact path's.
 
+mod common;
+
 use bnconf::formats::npy::{read_npy, write_npy, NpyData};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("bnconf-fast-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    common::scratch("fast-cli", name)
 }
 
 fn golden(case: &Path, dir: &Path, extra: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_bnconf"))
+    let out = common::command()
         .arg("golden")
         .arg(case)
         .arg("--out-dir")
@@ -191,7 +189,7 @@ fn json_golden_matches_exact_path() {
         let d = tmp(&format!("json{i}"));
         let p = case(&d, op, layout, &shape, c, dtype, f64npy);
         let run = |out: &str, extra: &[&str]| {
-            let o = Command::new(env!("CARGO_BIN_EXE_bnconf"))
+            let o = common::command()
                 .arg("golden")
                 .arg(&p)
                 .arg("-o")

@@ -14,8 +14,8 @@ mod common;
 use bnconf::formats::npy::{header_bytes, parse_header_counted, Descr, MAX_HEADER_BYTES};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 /// What a run of `bnconf` showed.
 struct Run {
@@ -27,42 +27,12 @@ struct Run {
 /// Run `bnconf ARGS` with a watchdog: a child still running after 60 s is killed and the
 /// test fails (a hang or an exponential parse is a failure, not a stuck test run).
 fn bnconf(args: &[&str]) -> Run {
-    let dir = std::env::temp_dir();
-    let tag = format!("{}-{:?}", std::process::id(), std::thread::current().id());
-    let tag: String = tag
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
-        .collect();
-    let (out_p, err_p) = (
-        dir.join(format!("hostile-{tag}.out")),
-        dir.join(format!("hostile-{tag}.err")),
-    );
-    let mut child = Command::new(common::BNCONF)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out_p).unwrap())
-        .stderr(std::fs::File::create(&err_p).unwrap())
-        .spawn()
-        .unwrap();
-    let t = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if t.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("bnconf {args:?} still running after 60 s (killed): a hang");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let o = common::bnconf_watched(args, Duration::from_secs(60));
     let run = Run {
-        code: status.code(),
-        stdout: std::fs::read_to_string(&out_p).unwrap_or_default(),
-        stderr: std::fs::read_to_string(&err_p).unwrap_or_default(),
+        code: o.status.code(),
+        stdout: common::stdout(&o),
+        stderr: common::stderr(&o),
     };
-    let _ = std::fs::remove_file(&out_p);
-    let _ = std::fs::remove_file(&err_p);
     assert!(
         !run.stderr.contains("panicked"),
         "{args:?} panicked: {}",

@@ -28,7 +28,7 @@ use bnconf::formats::golden;
 use bnconf::judge::check::{self, CaseResult, Prepared, Verdict};
 use bnconf::suite::{ill_posed, Level, SuiteCase};
 use bnconf::testing::strategy::suite_cases;
-use bnconf_impl::{all_kernels, Kernel, Verdict as KVerdict};
+use bnconf_impl::{all_kernels, Expected, Kernel};
 use bnconf_spec::exact::round::{round, FloatFormat};
 use bnconf_spec::{Op, QSqrt};
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
@@ -172,7 +172,7 @@ fn judge(k: &dyn Kernel, p: &Prepared) -> CaseResult {
 
 /// Whether the good kernel `k` is held to conform on `case`.
 fn held(k: &dyn Kernel, case: &SuiteCase) -> bool {
-    k.verdict() == KVerdict::Good
+    k.expected() == Expected::Good
         && (case.level != Level::Range
             || (case.dtype == FloatFormat::F32 && RANGE_ROBUST_F32.contains(&k.name())))
 }
@@ -266,7 +266,7 @@ fn good_kernels_conform() {
                     r.detail(&case)
                 )));
             }
-            if k.verdict() == KVerdict::KnownBad {
+            if k.expected() == Expected::KnownBad {
                 if r.verdict == Verdict::Fail {
                     *c.bad_rejected.entry(k.name()).or_default() += 1;
                 }
@@ -338,7 +338,7 @@ fn known_bad_kernels_are_rejected() {
     let ks = all_kernels();
     let goods: Vec<&dyn Kernel> = ks
         .iter()
-        .filter(|k| k.verdict() == KVerdict::Good)
+        .filter(|k| k.expected() == Expected::Good)
         .map(|k| k.as_ref())
         .collect();
     let mut missed = Vec::new();
@@ -347,7 +347,7 @@ fn known_bad_kernels_are_rejected() {
     // cases are far smaller, so those kernels are held to the scale suite (tests/scale.rs).
     for bad in ks
         .iter()
-        .filter(|k| k.verdict() == KVerdict::KnownBad && k.defect_suite() == "default")
+        .filter(|k| k.expected() == Expected::KnownBad && k.defect_suite() == "default")
     {
         let ops: Vec<Op> = bad
             .defective_ops()
@@ -566,7 +566,7 @@ fn regression_vectors() {
     let uncovered: Vec<&str> = ks
         .iter()
         .filter(|k| {
-            k.verdict() == KVerdict::KnownBad
+            k.expected() == Expected::KnownBad
                 && k.defect_suite() == "default"
                 && !rejected_by.contains_key(k.name())
         })

@@ -6,6 +6,8 @@
 //! `PROPTEST_CASES` / `QUICKCHECK_TESTS` raise the number of generated cases (defaults 256 and
 //! 200).
 
+mod common;
+
 use bnconf::testing::{
     cases, check_case, check_kernel, check_kernel_with, check_outputs, conforms, reference_kernel,
     strategy_for, KernelCase, Options, Outputs,
@@ -68,7 +70,7 @@ fn a_correct_kernel_conforms_on_the_default_suite_and_a_defective_one_is_rejecte
 #[test]
 fn every_known_bad_kernel_is_rejected_somewhere_through_the_library() {
     for k in bnconf_impl::all_kernels() {
-        if k.verdict() != bnconf_impl::Verdict::KnownBad {
+        if k.expected() != bnconf_impl::Expected::KnownBad {
             continue;
         }
         let ops: Vec<&str> = k.defective_ops().iter().map(|o| o.name()).collect();
@@ -294,10 +296,7 @@ fn one_version_everywhere() {
         cargo.contains(&format!("version = \"{v}\"")),
         "workspace Cargo.toml"
     );
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bnconf"))
-        .arg("--version")
-        .output()
-        .unwrap();
+    let out = common::bnconf(&["--version"]);
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
         format!("bnconf {v}")

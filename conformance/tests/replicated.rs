@@ -420,7 +420,7 @@ fn built_in_replicated_kernels_are_judged_right() {
         let prepared = suite_in(dtype, &Filter::default());
         for k in bnconf_impl::all_replicated_kernels() {
             let rs = bnconf::judge::replicated::run_kernel(k.as_ref(), &prepared);
-            let good = k.verdict() == bnconf_impl::Verdict::Good;
+            let good = k.expected() == bnconf_impl::Expected::Good;
             if good {
                 assert!(
                     rs.iter().all(CaseResult::conforms),

@@ -16,9 +16,10 @@
 //! Crashes found by the fuzz targets in `fuzz/` (docs/FUZZ.md) become rows here (named
 //! `fuzz-*`); the npy rows on shape overflow and deep headers cover what the npy target probes.
 
+mod common;
+
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// What a row feeds to `bnconf golden`.
@@ -901,10 +902,7 @@ fn scratch(name: &str) -> PathBuf {
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
         .collect();
-    let d = scratch_root().join(slug);
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    common::scratch("robustness", &slug)
 }
 
 fn listing(dir: &Path) -> Vec<String> {
@@ -928,7 +926,7 @@ fn observed(code: Option<i32>, stderr: &str) -> String {
 /// the run showed (see [`observed`]).
 fn check_run(r: &Row, case: &Path, args: &[&Path], out_dir: &Path) -> (Result<(), String>, String) {
     let t = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_bnconf"))
+    let out = common::command()
         .arg("golden")
         .arg(case)
         .args(args)
@@ -1095,7 +1093,7 @@ fn base_case_is_valid() {
             vec!["--out-dir".into(), d.join("od2").display().to_string()],
         ),
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_bnconf"))
+        let out = common::command()
             .arg("golden")
             .arg(c)
             .args(&args)
@@ -1122,11 +1120,7 @@ fn unknown_top_level_fields_are_kept() {
     let mut v = base();
     v["level"] = json!("core");
     std::fs::write(&case, serde_json::to_vec(&v).unwrap()).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_bnconf"))
-        .arg("golden")
-        .arg(&case)
-        .output()
-        .unwrap();
+    let out = common::command().arg("golden").arg(&case).output().unwrap();
     assert!(out.status.success());
     let g: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(g["case"]["level"], json!("core"));

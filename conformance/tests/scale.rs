@@ -2,7 +2,7 @@
 //! element, exact fallback) gives the exact path's budgets, verdicts and ratios; and the
 //! `scale` suite sees block-merge bugs that no small case can.
 
-use bnconf::judge::check::{self, judged_fast, prepare_with, CaseResult, Verdict};
+use bnconf::judge::check::{self, judged_fast, prepare_with, CaseResult, Prepared, Verdict};
 use bnconf::suite::{self, to_dtype, Filter, Level, Rng, SuiteCase};
 use bnconf_impl::kernel_by_name;
 use bnconf_spec::exact::round::FloatFormat;
@@ -151,10 +151,14 @@ fn fast_cells_judge_exactly_like_the_exact_path() {
     );
 }
 
-fn run_scale(dtype: FloatFormat, kernel: &str) -> Vec<CaseResult> {
-    let s = suite::generate("scale", &[dtype], suite::DEFAULT_SEED, &Filter::default()).unwrap();
-    let prepared = check::prepare(&s.cases).unwrap();
-    check::run_kernel(kernel_by_name(kernel).unwrap().as_ref(), &prepared)
+/// A suite of `dtype`, each case prepared (its exact golden computed) once.
+fn prepared(name: &str, dtype: FloatFormat) -> Vec<Prepared> {
+    let s = suite::generate(name, &[dtype], suite::DEFAULT_SEED, &Filter::default()).unwrap();
+    check::prepare(&s.cases).unwrap()
+}
+
+fn run(prepared: &[Prepared], kernel: &str) -> Vec<CaseResult> {
+    check::run_kernel(kernel_by_name(kernel).unwrap().as_ref(), prepared)
 }
 
 #[test]
@@ -193,20 +197,20 @@ fn the_scale_suite_has_the_sizes_of_the_contract() {
 #[test]
 fn block_merge_kernels_conform_and_block_merge_mutants_are_rejected_on_scale() {
     for dtype in [FloatFormat::F32, FloatFormat::F64] {
+        // Each suite prepared once per dtype, then judged against every kernel.
+        let scale = prepared("scale", dtype);
+        let default = prepared("default", dtype);
         for good in ["blocked-1024", "welford-native", "twopass-native"] {
-            let r = run_scale(dtype, good);
+            let r = run(&scale, good);
             let bad: Vec<_> = r.iter().filter(|c| !c.conforms()).collect();
             assert!(bad.is_empty(), "{good} {}: {:?}", dtype.name(), bad);
         }
         for mutant in ["bad-block-drop-tail", "bad-block-merge-no-delta"] {
-            let r = run_scale(dtype, mutant);
+            let r = run(&scale, mutant);
             let failing = r.iter().filter(|c| !c.conforms()).count();
             assert!(failing >= 4, "{mutant} {}: {failing} failing", dtype.name());
             // Invisible on the default suite (every channel fits in one block).
-            let s = suite::generate("default", &[dtype], suite::DEFAULT_SEED, &Filter::default())
-                .unwrap();
-            let p = check::prepare(&s.cases).unwrap();
-            let d = check::run_kernel(kernel_by_name(mutant).unwrap().as_ref(), &p);
+            let d = run(&default, mutant);
             assert!(d.iter().all(CaseResult::conforms), "{mutant} on default");
         }
     }

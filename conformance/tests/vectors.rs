@@ -1,36 +1,18 @@
 //! The committed vector set `vectors/`: regeneration is byte-identical (1 and 2 threads),
 //! `bnconf verify` passes on it and catches edited values and manifest mismatches.
 
+mod common;
+
 use bnconf::suite::vectors::{self, sha256_hex, MANIFEST};
+use common::{bnconf, bnconf_env, text};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 fn committed() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")
 }
 
 fn tmp(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("bnconf-vectors-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn bnconf(args: &[&str], threads: Option<&str>) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_bnconf"));
-    c.args(args);
-    if let Some(t) = threads {
-        c.env("RAYON_NUM_THREADS", t);
-    }
-    c.output().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    common::scratch("vectors", tag)
 }
 
 fn copy_set(from: &Path, to: &Path) {
@@ -70,7 +52,10 @@ fn assert_same_tree(want: &Path, got: &Path) {
 fn regeneration_is_byte_identical_with_1_and_2_threads() {
     for t in ["1", "2"] {
         let d = tmp(&format!("regen{t}"));
-        let o = bnconf(&["vectors", "--out", d.to_str().unwrap()], Some(t));
+        let o = bnconf_env(
+            &["vectors", "--out", d.to_str().unwrap()],
+            &[("RAYON_NUM_THREADS", t)],
+        );
         assert!(o.status.success(), "{}", text(&o));
         assert_same_tree(&committed(), &d);
         let _ = std::fs::remove_dir_all(&d);
@@ -91,7 +76,7 @@ fn in_memory_generation_matches_committed_manifest() {
 
 #[test]
 fn verify_passes_on_committed_vectors() {
-    let o = bnconf(&["verify", committed().to_str().unwrap()], None);
+    let o = bnconf(&["verify", committed().to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(text(&o).contains(": ok ("), "{}", text(&o));
 }
@@ -134,7 +119,7 @@ fn small_copy(tag: &str, pick: &str) -> (PathBuf, Vec<String>) {
 #[test]
 fn edited_golden_value_is_caught_by_recomputation() {
     let (d, kept) = small_copy("edit", "eval.nchw.f32.");
-    let o = bnconf(&["verify", d.to_str().unwrap()], None);
+    let o = bnconf(&["verify", d.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let rel = &kept[0];
     let case_id = Path::new(rel).file_stem().unwrap().to_str().unwrap();
@@ -150,7 +135,7 @@ fn edited_golden_value_is_caught_by_recomputation() {
     std::fs::write(&p, serde_json::to_string_pretty(&g).unwrap() + "\n").unwrap();
 
     // Checksum stale: both the checksum and the value are named.
-    let o = bnconf(&["verify", d.to_str().unwrap()], None);
+    let o = bnconf(&["verify", d.to_str().unwrap()]);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(1), "{t}");
     assert!(t.contains(case_id) && t.contains("sha256 differs"), "{t}");
@@ -158,7 +143,7 @@ fn edited_golden_value_is_caught_by_recomputation() {
 
     // Checksum updated too: recomputation alone catches it.
     refresh_checksum(&d, rel);
-    let o = bnconf(&["verify", d.to_str().unwrap()], None);
+    let o = bnconf(&["verify", d.to_str().unwrap()]);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(1), "{t}");
     assert!(!t.contains("sha256 differs"), "{t}");
@@ -176,7 +161,7 @@ fn edited_golden_value_is_caught_by_recomputation() {
     g["outputs"]["y"]["exact"][0] = "12345/7".into();
     std::fs::write(&p, serde_json::to_string_pretty(&g).unwrap() + "\n").unwrap();
     refresh_checksum(&d, rel);
-    let t = text(&bnconf(&["verify", d.to_str().unwrap()], None));
+    let t = text(&bnconf(&["verify", d.to_str().unwrap()]));
     assert!(
         t.contains("outputs.y.exact[0]") && t.contains("12345/7"),
         "{t}"
@@ -200,7 +185,7 @@ fn manifest_mismatches_are_named() {
     // regressions/ without a manifest is left to its owner.
     std::fs::create_dir_all(d.join("regressions")).unwrap();
     std::fs::write(d.join("regressions/x.json"), "{}\n").unwrap();
-    let o = bnconf(&["verify", d.to_str().unwrap()], None);
+    let o = bnconf(&["verify", d.to_str().unwrap()]);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(1), "{t}");
     assert!(
@@ -216,7 +201,7 @@ fn manifest_mismatches_are_named() {
 
     // No manifest at all: the harness cannot run (exit 2).
     std::fs::remove_file(d.join(MANIFEST)).unwrap();
-    let o = bnconf(&["verify", d.to_str().unwrap()], None);
+    let o = bnconf(&["verify", d.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     let _ = std::fs::remove_dir_all(&d);
 }
@@ -272,7 +257,7 @@ fn half_and_mixed_precisions_are_committed_and_verified() {
     );
 
     let (d, kept) = small_copy("half-edit", "eval.nchw.bf16.");
-    let o = bnconf(&["verify", d.to_str().unwrap()], None);
+    let o = bnconf(&["verify", d.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let rel = &kept[0];
     let p = d.join(rel);
@@ -285,7 +270,7 @@ fn half_and_mixed_precisions_are_committed_and_verified() {
     g["outputs"]["y"]["bf16"][0] = edited.clone().into();
     std::fs::write(&p, serde_json::to_string_pretty(&g).unwrap() + "\n").unwrap();
     refresh_checksum(&d, rel);
-    let t = text(&bnconf(&["verify", d.to_str().unwrap()], None));
+    let t = text(&bnconf(&["verify", d.to_str().unwrap()]));
     assert!(
         t.contains("outputs.y.bf16[0]") && t.contains(&edited),
         "{t}"

@@ -1,8 +1,8 @@
 //! The kernels: good ones first, then the known-bad negative controls.
 
-use crate::recipe::{Defect, Precision, Recipe, SyncVar};
+use crate::recipe::{Defect, Recipe, SyncVar, WorkingType};
 use crate::stats::{BlockFlaw, Moments, Summation};
-use crate::{Kernel, Op, Verdict};
+use crate::{Expected, Kernel, Op};
 
 /// Block length of the blocked kernels (a common CUDA block size).
 const BLOCK: usize = 1024;
@@ -16,8 +16,8 @@ const TWOPASS_NATIVE: Recipe = Recipe {
     description: "Two-pass: mean = Σx/m, then var = Σ(x-mean)²/m, every sum pairwise (as \
                   numpy does), all in the working precision (f64 for f64, f32 for f32; f16/bf16 data computed \
                   in f32); sync ops form var = m2 - mean*mean. Outputs rounded to the dtype.",
-    verdict: Verdict::Good,
-    precision: Precision::Native,
+    expected: Expected::Good,
+    working_type: WorkingType::Native,
     moments: Moments::TwoPass,
     summation: Summation::Pairwise,
     sync_var: SyncVar::Plain,
@@ -34,7 +34,7 @@ const fn bad(
     Recipe {
         name,
         description,
-        verdict: Verdict::KnownBad,
+        expected: Expected::KnownBad,
         defective_ops,
         ..TWOPASS_NATIVE
     }
@@ -60,7 +60,7 @@ fn recipes() -> Vec<Recipe> {
             description: "Two-pass (mean, then Σ(x-mean)²), sums pairwise, everything \
                           computed in f64 whatever the dtype, each output rounded once to the \
                           dtype at the end.",
-            precision: Precision::F64,
+            working_type: WorkingType::F64,
             ..TWOPASS_NATIVE
         },
         TWOPASS_NATIVE,
@@ -78,7 +78,7 @@ fn recipes() -> Vec<Recipe> {
             name: "welford-f64",
             description: "Welford's update over chunks of 16 cells with Chan's merge, computed \
                           in f64 whatever the dtype, outputs rounded to the dtype.",
-            precision: Precision::F64,
+            working_type: WorkingType::F64,
             moments: Moments::Welford {
                 chunk: WELFORD_CHUNK,
             },
@@ -89,7 +89,7 @@ fn recipes() -> Vec<Recipe> {
             description: "Two-pass with every sum (Σx, Σ(x-mean)², Σdy, Σdy*xhat) done by \
                           Kahan–Babuška–Neumaier compensated summation in f64 whatever the \
                           dtype, outputs rounded to the dtype.",
-            precision: Precision::F64,
+            working_type: WorkingType::F64,
             summation: Summation::Compensated,
             ..TWOPASS_NATIVE
         },

@@ -6,11 +6,11 @@
 use crate::layout::{channel_cells, channel_dims};
 use crate::real::Real;
 use crate::stats::{Moments, Summation, WelfordState};
-use crate::{Case, Dtype, Kernel, Op, Outputs, Unsupported, Verdict};
+use crate::{Case, Dtype, Expected, Kernel, Op, Outputs, Unsupported};
 
 /// The float type a recipe computes in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Precision {
+pub(crate) enum WorkingType {
     /// f64 whatever the dtype.
     F64,
     /// The dtype's own working type: f64 for f64, f32 for f32, f16 and bf16.
@@ -66,8 +66,8 @@ pub(crate) enum Defect {
 pub(crate) struct Recipe {
     pub name: &'static str,
     pub description: &'static str,
-    pub verdict: Verdict,
-    pub precision: Precision,
+    pub expected: Expected,
+    pub working_type: WorkingType,
     pub moments: Moments,
     pub summation: Summation,
     pub sync_var: SyncVar,
@@ -80,8 +80,8 @@ impl Kernel for Recipe {
     fn name(&self) -> &'static str {
         self.name
     }
-    fn verdict(&self) -> Verdict {
-        self.verdict
+    fn expected(&self) -> Expected {
+        self.expected
     }
     fn description(&self) -> &'static str {
         self.description
@@ -98,10 +98,10 @@ impl Kernel for Recipe {
     fn run(&self, case: &Case) -> Result<Outputs, Unsupported> {
         let cells = validate(case).map_err(|e| Unsupported(format!("invalid case: {e}")))?;
         let native_f64 = case.dtype == Dtype::F64;
-        Ok(match self.precision {
-            Precision::F64 => Driver::<f64>::new(self, case).run(&cells),
-            Precision::Native if native_f64 => Driver::<f64>::new(self, case).run(&cells),
-            Precision::Native => Driver::<f32>::new(self, case).run(&cells),
+        Ok(match self.working_type {
+            WorkingType::F64 => Driver::<f64>::new(self, case).run(&cells),
+            WorkingType::Native if native_f64 => Driver::<f64>::new(self, case).run(&cells),
+            WorkingType::Native => Driver::<f32>::new(self, case).run(&cells),
         })
     }
 }

@@ -8,14 +8,14 @@
 //! the known-bad ones each carry one defect that real sync BN implementations have had.
 
 use crate::real::Real;
-use crate::{Case, Convention, Dtype, Layout, Op, Outputs, Unsupported, Verdict};
+use crate::{Case, Convention, Dtype, Expected, Layout, Op, Outputs, Unsupported};
 use std::collections::BTreeMap;
 
 /// A sync BatchNorm kernel across ranks.
 pub trait ReplicatedKernel: Send + Sync {
     /// Stable, unique name (`replicated-chan`, `bad-rep-onepass`, ...).
     fn name(&self) -> &'static str;
-    fn verdict(&self) -> Verdict;
+    fn expected(&self) -> Expected;
     /// The algorithm, and for a known-bad kernel its defect.
     fn description(&self) -> &'static str;
     /// The ops where a known-bad kernel's defect shows.
@@ -152,11 +152,11 @@ impl ReplicatedKernel for SyncKernel {
     fn name(&self) -> &'static str {
         self.name
     }
-    fn verdict(&self) -> Verdict {
+    fn expected(&self) -> Expected {
         if self.flaw.is_some() {
-            Verdict::KnownBad
+            Expected::KnownBad
         } else {
-            Verdict::Good
+            Expected::Good
         }
     }
     fn description(&self) -> &'static str {

@@ -130,7 +130,7 @@ fn shape_of(layout: Layout) -> Vec<usize> {
 fn good_kernels() -> Vec<Box<dyn Kernel>> {
     all_kernels()
         .into_iter()
-        .filter(|k| k.verdict() == Verdict::Good)
+        .filter(|k| k.expected() == Expected::Good)
         .collect()
 }
 
@@ -173,7 +173,7 @@ fn names_and_catalogue() {
     assert!(kernel_by_name("nope").is_none());
     for k in all_kernels() {
         assert!(!k.description().is_empty());
-        let bad = k.verdict() == Verdict::KnownBad;
+        let bad = k.expected() == Expected::KnownBad;
         assert_eq!(bad, k.name().starts_with("bad-"), "{}", k.name());
         assert_eq!(bad, !k.defective_ops().is_empty(), "{}", k.name());
     }
@@ -445,7 +445,7 @@ fn revealing_case(op: Op) -> Case {
 fn each_known_bad_kernel_differs_exactly_where_its_defect_is() {
     for k in all_kernels()
         .into_iter()
-        .filter(|k| k.verdict() == Verdict::KnownBad)
+        .filter(|k| k.expected() == Expected::KnownBad)
     {
         for &op in Op::ALL {
             let mut c = revealing_case(op);

@@ -53,6 +53,37 @@ impl Layout {
             Layout::Nchw | Layout::Nhwc => 4,
         }
     }
+    /// `(C, m, n)` for a shape in this layout: the channel count, the cells per channel and
+    /// the element count, from the shape alone (nothing is allocated, so a hostile shape such
+    /// as `[1e6, 1e6, 1, 1]` costs nothing). Unlike [`Geometry::new`] it sets no element
+    /// limit; the error is the reason alone: a wrong rank, an element count that overflows,
+    /// no channels, or an empty channel (`m == 0`).
+    pub fn channel_dims(self, shape: &[usize]) -> Result<(usize, usize, usize), String> {
+        let rank = self.rank();
+        if shape.len() != rank {
+            return Err(format!(
+                "layout `{}` needs a shape of rank {rank}, got {shape:?}",
+                self.name()
+            ));
+        }
+        let n = shape
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .ok_or_else(|| format!("shape {shape:?}: element count overflows"))?;
+        let c = match self {
+            Layout::Rows | Layout::Flat | Layout::Chw => shape[0],
+            Layout::Nchw => shape[1],
+            Layout::Nhwc => shape[3],
+        };
+        if c == 0 {
+            return Err(format!("shape {shape:?} has no channels"));
+        }
+        let m = n / c;
+        if m == 0 {
+            return Err(format!("shape {shape:?}: every channel is empty"));
+        }
+        Ok((c, m, n))
+    }
 }
 
 /// A validated shape: `c` channels of `m` cells each, `len = c*m` elements.
@@ -243,4 +274,56 @@ pub fn bnchw_back<T: Clone>(n: usize, oc: usize, hw: usize, m: &[T]) -> Vec<T> {
         .map(|i| bnchw_transpose_back(oc, n, hw, i))
         .collect();
     gather(&perm, m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channel_dims_agree_with_geometry_and_name_the_fault() {
+        let shapes: [(Layout, &[usize]); 5] = [
+            (Layout::Rows, &[3, 5]),
+            (Layout::Flat, &[2, 7]),
+            (Layout::Chw, &[3, 2, 4]),
+            (Layout::Nchw, &[2, 3, 4, 5]),
+            (Layout::Nhwc, &[2, 4, 5, 3]),
+        ];
+        for (layout, shape) in shapes {
+            let g = Geometry::new(layout, shape, 1 << 20).unwrap();
+            assert_eq!(
+                layout.channel_dims(shape),
+                Ok((g.c, g.m, g.len())),
+                "{layout:?}"
+            );
+        }
+        assert_eq!(Layout::Nhwc.channel_dims(&[2, 4, 5, 3]), Ok((3, 40, 120)));
+        // No element limit: a huge shape is sized, not refused.
+        let huge = [1_000_000, 1_000_000, 1, 1];
+        assert_eq!(
+            Layout::Nchw.channel_dims(&huge),
+            Ok((1_000_000, 1_000_000, 1_000_000_000_000))
+        );
+        let err = |l: Layout, s: &[usize]| l.channel_dims(s).unwrap_err();
+        assert_eq!(
+            err(Layout::Chw, &[3, 4]),
+            "layout `chw` needs a shape of rank 3, got [3, 4]"
+        );
+        assert_eq!(
+            err(Layout::Rows, &[usize::MAX, 2]),
+            format!("shape [{}, 2]: element count overflows", usize::MAX)
+        );
+        assert_eq!(
+            err(Layout::Nhwc, &[2, 4, 5, 0]),
+            "shape [2, 4, 5, 0] has no channels"
+        );
+        assert_eq!(
+            err(Layout::Nchw, &[0, 3, 4, 5]),
+            "shape [0, 3, 4, 5]: every channel is empty"
+        );
+        assert_eq!(
+            err(Layout::Flat, &[3, 0]),
+            "shape [3, 0]: every channel is empty"
+        );
+    }
 }

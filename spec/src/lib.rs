@@ -22,6 +22,7 @@ pub mod layout;
 pub mod num;
 pub mod op;
 pub mod per_channel;
+pub mod tensor;
 pub mod vjp;
 
 pub use error::SpecError;

@@ -1,15 +1,24 @@
 //! `bnconf` — the command-line interface. Exit codes (FORMAT.md): 0 conforming / success,
 //! 1 a case does not conform, 2 the harness could not run (bad arguments or input).
+//!
+//! This file holds the arguments (clap) and the dispatch; each subcommand's work is in its
+//! own file (`run.rs`, `check.rs`, `export.rs`, ...).
 
 use bnconf::error::ConfError;
 use bnconf::formats::case::{read_case_file, InputLimits};
 use bnconf::formats::golden;
-use bnconf::judge::check::{self, summarize};
 use bnconf::{protocol, report, suite};
 use bnconf_spec::exact::round::FloatFormat;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+mod check;
+mod export;
+mod kernel;
+mod onnx;
+mod run;
+mod vectors;
 
 #[derive(Parser)]
 #[command(
@@ -334,28 +343,7 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
             out,
             shard,
             format,
-        } => {
-            let (mut s, dtype, filter) = sel.generate()?;
-            if let Some(sh) = shard {
-                sh.apply(&mut s);
-            }
-            if format != "protocol" {
-                return protocol::stablehlo::cli(&format, &s, dtype, &filter, &out, shard);
-            }
-            protocol::export(&s, dtype, &filter, &out)?;
-            if let Some(sh) = shard {
-                report::shard::record_in_manifest(&out, sh)?;
-            }
-            eprintln!(
-                "bnconf: wrote {} cases of suite {} ({}) to {} ({} excluded as ill-posed or overflowing the dtype: manifest.json says which)",
-                s.cases.len(),
-                s.name,
-                dtype.name(),
-                out.display(),
-                s.excluded.len()
-            );
-            Ok(ExitCode::SUCCESS)
-        }
+        } => export::export(sel, out, shard, format),
         Cmd::Check {
             dir,
             exec,
@@ -366,7 +354,7 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
             sel,
             out,
         } => {
-            let exec = exec.map(|cmd| ExecArgs {
+            let exec = exec.map(|cmd| check::ExecArgs {
                 opts: protocol::exec::ExecOptions {
                     cmd,
                     shell: exec_shell,
@@ -374,47 +362,9 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
                 },
                 keep_dir,
             });
-            cmd_check(dir, exec, shard, sel, out)
+            check::cmd_check(dir, exec, shard, sel, out)
         }
-        Cmd::Kernel { list, name, dir } => {
-            if list {
-                for k in bnconf_impl::all_kernels() {
-                    let v = match k.verdict() {
-                        bnconf_impl::Verdict::Good => "good",
-                        bnconf_impl::Verdict::KnownBad => "known-bad",
-                    };
-                    println!("{}\t{v}\t{}", k.name(), k.description());
-                }
-                // Replicated kernels: they run the `replicated` suite's cases, all ranks.
-                for k in bnconf_impl::all_replicated_kernels() {
-                    let v = match k.verdict() {
-                        bnconf_impl::Verdict::Good => "good",
-                        bnconf_impl::Verdict::KnownBad => "known-bad",
-                    };
-                    println!("{}\t{v}\t[replicated suite] {}", k.name(), k.description());
-                }
-                return Ok(ExitCode::SUCCESS);
-            }
-            let (Some(name), Some(dir)) = (name, dir) else {
-                return Err(ConfError::field(
-                    "kernel",
-                    "usage: bnconf kernel --list | bnconf kernel NAME DIR",
-                ));
-            };
-            let n = if let Some(k) = bnconf_impl::replicated_kernel_by_name(&name) {
-                protocol::replicated::run_kernel_dir(k.as_ref(), &dir)?
-            } else {
-                let k = bnconf_impl::kernel_by_name(&name).ok_or_else(|| {
-                    ConfError::field(
-                        "NAME",
-                        format!("unknown kernel {name:?} (see bnconf kernel --list)"),
-                    )
-                })?;
-                protocol::run_kernel_dir(k.as_ref(), &dir)?
-            };
-            eprintln!("bnconf: kernel {name} ran {n} cases in {}", dir.display());
-            Ok(ExitCode::SUCCESS)
-        }
+        Cmd::Kernel { list, name, dir } => kernel::kernel(list, name, dir),
         Cmd::Run {
             suite,
             dtypes,
@@ -422,405 +372,12 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
             kernels: only,
             verbose,
             shard,
-        } => {
-            let precs = dtypes
-                .iter()
-                .map(|d| {
-                    bnconf::testing::parse_precision(d).map_err(|_| {
-                        ConfError::field(
-                            "--dtypes",
-                            format!("{d:?}: one of f32, f64, f16, bf16, f16+f32, bf16+f32"),
-                        )
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            cmd_run(&suite, &precs, seed, &only, verbose, shard)
-        }
+        } => run::run(&suite, &dtypes, seed, &only, verbose, shard),
         Cmd::Shrink(a) => bnconf::shrink::cli::run(&a),
-        Cmd::Onnx { dirs } => {
-            let (rows, table) = if dirs.is_empty() {
-                bnconf::peers::onnx::run_builtin()?
-            } else {
-                bnconf::peers::onnx::run_dirs(&dirs)?
-            };
-            print!("{table}");
-            let all = rows
-                .iter()
-                .all(|r| r.verdict.outputs.iter().all(|o| o.pass()));
-            Ok(if all {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            })
-        }
-        Cmd::Vectors { out, seed, dtypes } => {
-            let names = if dtypes.is_empty() {
-                bnconf::suite::vectors::DEFAULT_PRECISIONS
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect()
-            } else {
-                dtypes
-            };
-            let precs = bnconf::suite::vectors::parse_precisions(&names)?;
-            let w = bnconf::suite::vectors::write(&out, seed, &precs)?;
-            for r in &w.removed {
-                eprintln!("bnconf: removed stale {}", out.join(r).display());
-            }
-            eprintln!(
-                "bnconf: wrote {} files ({} bytes) to {}",
-                w.files,
-                w.bytes,
-                out.display()
-            );
-            Ok(ExitCode::SUCCESS)
-        }
-        Cmd::Verify { dir } => {
-            let rep = bnconf::suite::vectors::verify(&dir)?;
-            print!("{}", bnconf::suite::vectors::render(&rep, &dir));
-            Ok(if rep.ok() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            })
-        }
+        Cmd::Onnx { dirs } => onnx::onnx(dirs),
+        Cmd::Vectors { out, seed, dtypes } => vectors::write(out, seed, dtypes),
+        Cmd::Verify { dir } => vectors::verify(dir),
     }
-}
-
-/// `check --exec`: the command and where to run it.
-struct ExecArgs {
-    opts: protocol::exec::ExecOptions,
-    keep_dir: Option<PathBuf>,
-}
-
-fn cmd_check(
-    dir: Option<PathBuf>,
-    exec: Option<ExecArgs>,
-    shard: Option<report::shard::Shard>,
-    sel: SuiteArgs,
-    out: ReportArgs,
-) -> Result<ExitCode, ConfError> {
-    let code = check_inner(dir, exec, shard, sel, out);
-    protocol::exec::main_done();
-    code
-}
-
-fn check_inner(
-    dir: Option<PathBuf>,
-    exec: Option<ExecArgs>,
-    shard: Option<report::shard::Shard>,
-    sel: SuiteArgs,
-    out: ReportArgs,
-) -> Result<ExitCode, ConfError> {
-    // The expectations file is read first: a bad one is exit 2 before any work.
-    let expectations = match &out.expectations {
-        Some(p) => Some(report::expectations::read(p)?),
-        None => None,
-    };
-    let mut harness_failure = None;
-    let (s, dtype, dir, shard, _work) = match (dir, exec) {
-        (Some(d), None) => {
-            let (s, dtype, _) = protocol::regenerate(&d)?;
-            let recorded = report::shard::from_manifest_dir(&d)?;
-            let s = match (recorded, shard) {
-                (Some(r), Some(g)) if r != g => {
-                    return Err(ConfError::field(
-                        "--shard",
-                        format!("{g}, but {} holds shard {r} (manifest.json)", d.display()),
-                    ))
-                }
-                (None, Some(g)) => {
-                    let mut s = s;
-                    g.apply(&mut s);
-                    s
-                }
-                _ => s,
-            };
-            (s, dtype, d, recorded.or(shard), None)
-        }
-        (d, Some(ex)) => {
-            let keep = match (d, ex.keep_dir) {
-                (Some(a), Some(b)) if a != b => {
-                    return Err(ConfError::field(
-                        "--keep-dir",
-                        format!(
-                            "give DIR or --keep-dir, not both ({} and {})",
-                            a.display(),
-                            b.display()
-                        ),
-                    ))
-                }
-                (a, b) => a.or(b),
-            };
-            let (mut s, dtype, filter) = sel.generate()?;
-            if let Some(sh) = shard {
-                sh.apply(&mut s);
-            }
-            let work = match &keep {
-                Some(k) => protocol::exec::WorkDir::kept(k)?,
-                None => protocol::exec::WorkDir::temporary()?,
-            };
-            let tmp = work.path().to_path_buf();
-            if let Some(sig) = protocol::exec::export_into(&work, &s, dtype, &filter, shard)? {
-                drop(work);
-                return Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8));
-            }
-            let shown = format!("`{}` on {}", ex.opts.cmd, tmp.display());
-            match protocol::exec::run(&ex.opts, &tmp)? {
-                protocol::exec::Outcome::Exited(status) if !status.success() => {
-                    eprintln!(
-                        "bnconf: warning: {shown} exited with {status}; judging what it wrote"
-                    );
-                }
-                protocol::exec::Outcome::Exited(_) => {}
-                protocol::exec::Outcome::TimedOut(t) => {
-                    let msg = format!(
-                        "kernel timed out after {} (--timeout): killed its process group; {shown}",
-                        protocol::exec::seconds(t)
-                    );
-                    eprintln!("bnconf: {msg}; judging what it wrote");
-                    harness_failure = Some(msg);
-                }
-                protocol::exec::Outcome::Interrupted(sig) => {
-                    drop(work);
-                    eprintln!("bnconf: interrupted by signal {sig}: killed the kernel's process group, removed the temporary directory");
-                    return Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8));
-                }
-            }
-            if keep.is_some() {
-                eprintln!(
-                    "bnconf: kept the suite directory and the kernel's outputs in {}",
-                    tmp.display()
-                );
-            }
-            (s, dtype, tmp, shard, Some(work))
-        }
-        (None, None) => return Err(ConfError::field("check", "give a suite DIR or --exec CMD")),
-    };
-    protocol::verify_inputs(&dir, &s)?;
-    let prepared = check::prepare(&s.cases)?;
-    let results: Vec<check::CaseResult> = prepared
-        .iter()
-        .map(|p| protocol::read_outputs(&dir, p))
-        .collect();
-    let diagnosis = if out.no_diagnosis {
-        None
-    } else {
-        Some(report::diagnosis::diagnose(&prepared, &results))
-    };
-    let gate = expectations
-        .as_ref()
-        .map(|e| report::expectations::gate(e, &results, out.require_all));
-    let ctx = report::Context {
-        suite: &s.name,
-        dtype: dtype.static_name(),
-        results: &results,
-        cases: &s.cases,
-        diagnosis: diagnosis.as_deref(),
-        gate: gate.as_ref(),
-        shard,
-        harness_failure,
-    };
-    print!("{}", report::human_report(&ctx, out.max_details));
-    if let Some(p) = &out.report {
-        report::write_json_report(p, &ctx)?;
-    }
-    if let Some(p) = &out.junit {
-        report::write_junit_report(p, &ctx)?;
-    }
-    if let Some(p) = &out.html {
-        report::html::write(p, &ctx, &prepared)?;
-    }
-    if let Some(p) = &out.write_expectations {
-        let n = report::expectations::write(p, &results, out.require_all, ctx.diag())?;
-        eprintln!("bnconf: wrote {n} expected failures to {}", p.display());
-    }
-    let sm = summarize(&results);
-    let verdicts_ok = match &gate {
-        Some(g) => g.ok(),
-        None => sm.failed == 0 && !(out.require_all && sm.unsupported > 0),
-    };
-    // At least one case supported (with a gate, an expected failure counts), and no timeout.
-    let supported = if gate.is_some() {
-        sm.passed + sm.failed > 0
-    } else {
-        sm.passed > 0
-    };
-    let ok = verdicts_ok && supported && ctx.harness_failure.is_none();
-    Ok(if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
-}
-
-/// One row of `bnconf run`'s table: a kernel and its results.
-struct RunRow {
-    name: &'static str,
-    good: bool,
-    /// The suite whose cases show a known-bad kernel's defect.
-    shows: &'static str,
-    results: Vec<check::CaseResult>,
-}
-
-fn cmd_run(
-    suite_name: &str,
-    dtypes: &[suite::Precision],
-    seed: u64,
-    only: &[String],
-    verbose: bool,
-    shard: Option<report::shard::Shard>,
-) -> Result<ExitCode, ConfError> {
-    for n in only {
-        if bnconf_impl::kernel_by_name(n).is_none()
-            && bnconf_impl::replicated_kernel_by_name(n).is_none()
-        {
-            return Err(ConfError::field(
-                "--kernels",
-                format!("unknown kernel {n:?}"),
-            ));
-        }
-    }
-    let wanted = |name: &str| only.is_empty() || only.iter().any(|n| n == name);
-    // The replicated suite is judged with the replicated kernels; `bnconf run` on the default
-    // suite judges them too, in a second table, so their known-bad controls are held.
-    let mut suites = vec![suite_name];
-    if suite_name == "default"
-        && bnconf_impl::all_replicated_kernels()
-            .iter()
-            .any(|k| wanted(k.name()))
-    {
-        suites.push("replicated");
-    }
-    let mut all_ok = true;
-    for (i, &name) in suites.iter().enumerate() {
-        let mut s = suite::generate_in(name, dtypes, seed, &suite::Filter::default())
-            .ok_or_else(|| ConfError::field("--suite", format!("unknown suite {name:?}")))?;
-        if let Some(sh) = shard {
-            sh.apply(&mut s);
-        }
-        let prepared = check::prepare(&s.cases)?;
-        let mut rows = Vec::new();
-        if name == "replicated" {
-            for k in bnconf_impl::all_replicated_kernels() {
-                if wanted(k.name()) {
-                    rows.push(RunRow {
-                        name: k.name(),
-                        good: k.verdict() == bnconf_impl::Verdict::Good,
-                        shows: "replicated",
-                        results: bnconf::judge::replicated::run_kernel(k.as_ref(), &prepared),
-                    });
-                }
-            }
-        } else {
-            for k in bnconf_impl::all_kernels() {
-                if wanted(k.name()) {
-                    rows.push(RunRow {
-                        name: k.name(),
-                        good: k.verdict() == bnconf_impl::Verdict::Good,
-                        shows: k.defect_suite(),
-                        results: check::run_kernel(k.as_ref(), &prepared),
-                    });
-                }
-            }
-        }
-        if i > 0 {
-            println!();
-        }
-        all_ok &= print_run_table(name, &s, dtypes, seed, &rows, verbose);
-    }
-    println!(
-        "\n{}",
-        if all_ok {
-            "bnconf run: every good kernel conforms and every known-bad kernel held here is rejected"
-        } else {
-            "bnconf run: UNEXPECTED results (see above)"
-        }
-    );
-    Ok(if all_ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
-}
-
-/// Print one suite's table (kernel × level × dtype); whether every outcome is as expected.
-fn print_run_table(
-    suite_name: &str,
-    s: &suite::Suite,
-    dtypes: &[suite::Precision],
-    seed: u64,
-    rows: &[RunRow],
-    verbose: bool,
-) -> bool {
-    let levels = suite::suite_levels(suite_name).expect("known suite");
-    let names: Vec<String> = dtypes.iter().map(|d| d.name()).collect();
-    let names = match names.as_slice() {
-        [a, b] => format!("{a} and {b}"),
-        _ => names.join(", "),
-    };
-    let what = if suite_name == "replicated" {
-        "forward, backward, running_update × nchw, nhwc split across 2, 3, 4, 8 ranks (equal, unequal, one empty), the ranks simulated in process, in"
-    } else {
-        "every op × layout in"
-    };
-    println!("bnconf run: suite {suite_name} (seed {seed}), {} cases ({} excluded as ill-posed), {what} {names}", s.cases.len(), s.excluded.len());
-    println!("cell = verdict and worst ratio |error| / (u·(cond+mag)); conforming when ≤ k(m) = 4 + 2·log2(m)\n");
-    let mut header = format!("{:<28} {:<10}", "kernel", "expected");
-    for l in &levels {
-        for d in dtypes {
-            header += &format!(" {:>17}", format!("{} {}", l.name(), d.name()));
-        }
-    }
-    println!("{header}  outcome");
-    let mut all_ok = true;
-    let mut details = String::new();
-    for row in rows {
-        let (good, results) = (row.good, &row.results);
-        let mut line = format!(
-            "{:<28} {:<10}",
-            row.name,
-            if good { "good" } else { "known-bad" }
-        );
-        for l in &levels {
-            for d in dtypes {
-                let sel: Vec<&check::CaseResult> = results
-                    .iter()
-                    .filter(|r| r.level == *l && r.dtype == d.static_name())
-                    .collect();
-                let sm = summarize(sel.iter().copied());
-                let v = if sm.failed > 0 {
-                    format!("FAIL({})", sm.failed)
-                } else {
-                    "pass".into()
-                };
-                line += &format!(" {:>17}", format!("{v} {}", report::fmt_ratio(sm.worst)));
-            }
-        }
-        let sm = summarize(results);
-        let conforms = sm.failed == 0 && sm.passed > 0;
-        // A known-bad kernel is held to rejection in the suite that shows its defect
-        // (block-merge defects: `scale`; the others: `default`, and `extreme` with them).
-        let shows = row.shows;
-        let held = good || shows == suite_name || (suite_name == "extreme" && shows == "default");
-        let ok = conforms == good || !held;
-        all_ok &= ok;
-        let outcome = match (good, conforms, held) {
-            (true, true, _) => "ok: conforms".to_string(),
-            (false, false, _) => format!("ok: rejected ({} cases)", sm.failed),
-            (true, false, _) => "UNEXPECTED: good kernel rejected".to_string(),
-            (false, true, true) => "UNEXPECTED: known-bad kernel passed".to_string(),
-            (false, true, false) => format!("not held here: its defect shows in the {shows} suite"),
-        };
-        println!("{line}  {outcome}");
-        if good && (!conforms || verbose) {
-            details += &report::human(results, &s.cases, 5);
-        }
-    }
-    if !details.is_empty() {
-        println!("\n{details}");
-    }
-    all_ok
 }
 
 /// Whether a panic is `print!`'s on a closed stdout (`bnconf shrink … | head`).

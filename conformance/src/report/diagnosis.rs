@@ -198,12 +198,12 @@ fn diagnose_in(
     }
     let bad: Vec<Fingerprint> = kernels
         .iter()
-        .filter(|k| k.verdict() == bnconf_impl::Verdict::KnownBad)
+        .filter(|k| k.expected() == bnconf_impl::Expected::KnownBad)
         .map(|k| Fingerprint::Plain(k.as_ref()))
         .chain(
             replicated
                 .iter()
-                .filter(|k| k.verdict() == bnconf_impl::Verdict::KnownBad)
+                .filter(|k| k.expected() == bnconf_impl::Expected::KnownBad)
                 .map(|k| Fingerprint::Replicated(k.as_ref())),
         )
         .collect();

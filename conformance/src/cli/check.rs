@@ -1,0 +1,177 @@
+//! `bnconf check`: judge the outputs a kernel wrote into a suite directory, or (with
+//! `--exec`) export the suite, run the kernel and judge; print the report, write the
+//! machine-readable ones, and gate on expectations.
+
+use crate::{ReportArgs, SuiteArgs};
+use bnconf::error::ConfError;
+use bnconf::judge::check::{self, summarize};
+use bnconf::{protocol, report};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// `check --exec`: the command and where to run it.
+pub(crate) struct ExecArgs {
+    pub opts: protocol::exec::ExecOptions,
+    pub keep_dir: Option<PathBuf>,
+}
+
+pub(crate) fn cmd_check(
+    dir: Option<PathBuf>,
+    exec: Option<ExecArgs>,
+    shard: Option<report::shard::Shard>,
+    sel: SuiteArgs,
+    out: ReportArgs,
+) -> Result<ExitCode, ConfError> {
+    let code = check_inner(dir, exec, shard, sel, out);
+    protocol::exec::main_done();
+    code
+}
+
+fn check_inner(
+    dir: Option<PathBuf>,
+    exec: Option<ExecArgs>,
+    shard: Option<report::shard::Shard>,
+    sel: SuiteArgs,
+    out: ReportArgs,
+) -> Result<ExitCode, ConfError> {
+    // The expectations file is read first: a bad one is exit 2 before any work.
+    let expectations = match &out.expectations {
+        Some(p) => Some(report::expectations::read(p)?),
+        None => None,
+    };
+    let mut harness_failure = None;
+    let (s, dtype, dir, shard, _work) = match (dir, exec) {
+        (Some(d), None) => {
+            let (s, dtype, _) = protocol::regenerate(&d)?;
+            let recorded = report::shard::from_manifest_dir(&d)?;
+            let s = match (recorded, shard) {
+                (Some(r), Some(g)) if r != g => {
+                    return Err(ConfError::field(
+                        "--shard",
+                        format!("{g}, but {} holds shard {r} (manifest.json)", d.display()),
+                    ))
+                }
+                (None, Some(g)) => {
+                    let mut s = s;
+                    g.apply(&mut s);
+                    s
+                }
+                _ => s,
+            };
+            (s, dtype, d, recorded.or(shard), None)
+        }
+        (d, Some(ex)) => {
+            let keep = match (d, ex.keep_dir) {
+                (Some(a), Some(b)) if a != b => {
+                    return Err(ConfError::field(
+                        "--keep-dir",
+                        format!(
+                            "give DIR or --keep-dir, not both ({} and {})",
+                            a.display(),
+                            b.display()
+                        ),
+                    ))
+                }
+                (a, b) => a.or(b),
+            };
+            let (mut s, dtype, filter) = sel.generate()?;
+            if let Some(sh) = shard {
+                sh.apply(&mut s);
+            }
+            let work = match &keep {
+                Some(k) => protocol::exec::WorkDir::kept(k)?,
+                None => protocol::exec::WorkDir::temporary()?,
+            };
+            let tmp = work.path().to_path_buf();
+            if let Some(sig) = protocol::exec::export_into(&work, &s, dtype, &filter, shard)? {
+                drop(work);
+                return Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8));
+            }
+            let shown = format!("`{}` on {}", ex.opts.cmd, tmp.display());
+            match protocol::exec::run(&ex.opts, &tmp)? {
+                protocol::exec::Outcome::Exited(status) if !status.success() => {
+                    eprintln!(
+                        "bnconf: warning: {shown} exited with {status}; judging what it wrote"
+                    );
+                }
+                protocol::exec::Outcome::Exited(_) => {}
+                protocol::exec::Outcome::TimedOut(t) => {
+                    let msg = format!(
+                        "kernel timed out after {} (--timeout): killed its process group; {shown}",
+                        protocol::exec::seconds(t)
+                    );
+                    eprintln!("bnconf: {msg}; judging what it wrote");
+                    harness_failure = Some(msg);
+                }
+                protocol::exec::Outcome::Interrupted(sig) => {
+                    drop(work);
+                    eprintln!("bnconf: interrupted by signal {sig}: killed the kernel's process group, removed the temporary directory");
+                    return Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8));
+                }
+            }
+            if keep.is_some() {
+                eprintln!(
+                    "bnconf: kept the suite directory and the kernel's outputs in {}",
+                    tmp.display()
+                );
+            }
+            (s, dtype, tmp, shard, Some(work))
+        }
+        (None, None) => return Err(ConfError::field("check", "give a suite DIR or --exec CMD")),
+    };
+    protocol::verify_inputs(&dir, &s)?;
+    let prepared = check::prepare(&s.cases)?;
+    let results: Vec<check::CaseResult> = prepared
+        .iter()
+        .map(|p| protocol::read_outputs(&dir, p))
+        .collect();
+    let diagnosis = if out.no_diagnosis {
+        None
+    } else {
+        Some(report::diagnosis::diagnose(&prepared, &results))
+    };
+    let gate = expectations
+        .as_ref()
+        .map(|e| report::expectations::gate(e, &results, out.require_all));
+    let ctx = report::Context {
+        suite: &s.name,
+        dtype: dtype.static_name(),
+        results: &results,
+        cases: &s.cases,
+        diagnosis: diagnosis.as_deref(),
+        gate: gate.as_ref(),
+        shard,
+        harness_failure,
+    };
+    print!("{}", report::human_report(&ctx, out.max_details));
+    if let Some(p) = &out.report {
+        report::write_json_report(p, &ctx)?;
+    }
+    if let Some(p) = &out.junit {
+        report::write_junit_report(p, &ctx)?;
+    }
+    if let Some(p) = &out.html {
+        report::html::write(p, &ctx, &prepared)?;
+    }
+    if let Some(p) = &out.write_expectations {
+        let n = report::expectations::write(p, &results, out.require_all, ctx.diag())?;
+        eprintln!("bnconf: wrote {n} expected failures to {}", p.display());
+    }
+    let sm = summarize(&results);
+    let verdicts_ok = match &gate {
+        Some(g) => g.ok(),
+        None => sm.failed == 0 && !(out.require_all && sm.unsupported > 0),
+    };
+    // At least one case supported (with a gate, an expected failure counts), and no timeout.
+    let supported = if gate.is_some() {
+        sm.passed + sm.failed > 0
+    } else {
+        sm.passed > 0
+    };
+    let ok = verdicts_ok && supported && ctx.harness_failure.is_none();
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
