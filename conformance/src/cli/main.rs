@@ -708,7 +708,7 @@ fn cmd_run(
                         name: k.name(),
                         good: k.verdict() == bnconf_impl::Verdict::Good,
                         shows: "replicated",
-                        results: bnconf::judge::replicated::run_kernel(k.as_ref(), &prepared),
+                        results: bnconf::judge::ranks::run_kernel(k.as_ref(), &prepared),
                     });
                 }
             }

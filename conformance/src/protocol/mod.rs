@@ -4,7 +4,8 @@
 use crate::error::{ConfError, Result};
 use crate::formats::atomic::write_bytes;
 use crate::formats::npy::{read_npy_any, write_npy, NpyData};
-use crate::judge::check::{CaseResult, Prepared};
+use crate::judge::prepare::Prepared;
+use crate::judge::verdict::CaseResult;
 use crate::suite::{self, Filter, Precision, Suite, SuiteCase};
 use bnconf_spec::exact::round::FloatFormat;
 use bnconf_spec::{Layout, Op};

@@ -10,8 +10,9 @@ use super::{
 use crate::error::{ConfError, Result};
 use crate::formats::atomic::write_bytes;
 use crate::formats::npy::write_npy;
-use crate::judge::check::{CaseResult, Prepared};
+use crate::judge::prepare::Prepared;
 use crate::judge::replicated::LOCAL_OUTPUTS;
+use crate::judge::verdict::CaseResult;
 use crate::suite::{replicated, Suite, SuiteCase};
 use bnconf_spec::exact::round::FloatFormat;
 use serde_json::{json, Value};

@@ -15,7 +15,7 @@
 
 use crate::error::{ConfError, Result};
 use crate::formats::atomic::write_bytes;
-use crate::judge::check::{CaseResult, Verdict};
+use crate::judge::verdict::{CaseResult, Verdict};
 use serde_json::{json, Value};
 use std::path::Path;
 

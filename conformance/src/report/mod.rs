@@ -7,14 +7,16 @@ pub mod detail;
 pub mod diagnosis;
 pub mod expectations;
 pub mod html;
+pub mod json;
 pub mod shard;
 
 use crate::error::Result;
 use crate::formats::atomic::write_bytes;
-use crate::judge::check::{num, summarize, CaseResult, Verdict};
+use crate::judge::verdict::{summarize, CaseResult, Verdict};
 use crate::suite::SuiteCase;
 use diagnosis::Diagnosis;
 use expectations::Gate;
+use json::num;
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 use serde_json::{json, Value};
 use shard::Shard;

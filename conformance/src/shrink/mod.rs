@@ -21,8 +21,10 @@ use crate::error::{ConfError, Result};
 use crate::formats::case::{read_case_file, Dtype, InputLimits};
 use crate::formats::golden;
 use crate::formats::npy::write_npy;
-use crate::judge::check::{hexf, num, CaseResult, Prepared, Verdict};
+use crate::judge::prepare::Prepared;
+use crate::judge::verdict::{CaseResult, Verdict};
 use crate::protocol::npy_of;
+use crate::report::json::{hexf, num};
 use crate::suite::{self, Level, SuiteCase};
 use bnconf_spec::exact::round::{f64_to_rational, FloatFormat};
 use bnconf_spec::op::Extent;
@@ -306,7 +308,7 @@ impl Signature {
             return None;
         }
         let worst = r.outputs.iter().filter(|o| o.n_over > 0).fold(
-            None::<&crate::judge::check::OutputResult>,
+            None::<&crate::judge::verdict::OutputResult>,
             |a, o| match a {
                 Some(b) if b.worst_ratio >= o.worst_ratio => Some(b),
                 _ => Some(o),
@@ -601,7 +603,7 @@ pub fn report_json(s: &Shrunk) -> Result<Value> {
         // A replicated case's per-channel output: the copy of the rank with the worst ratio
         // (rank 0's on ties); per-element outputs are the shards concatenated.
         let r = s.result.outputs.iter().filter(|o| o.name == name).fold(
-            None::<&crate::judge::check::OutputResult>,
+            None::<&crate::judge::verdict::OutputResult>,
             |a, o| match a {
                 Some(b) if b.worst_ratio >= o.worst_ratio || o.worst_ratio.is_nan() => Some(b),
                 _ => Some(o),
@@ -743,7 +745,7 @@ pub fn summary(s: &Shrunk) -> String {
     );
     for o in s.result.outputs.iter().filter(|o| o.n_over > 0) {
         let f = s.case.dtype_of(&o.name);
-        let exact = crate::judge::check::Prepared::exact_at(&s.prepared, &o.name, o.index);
+        let exact = Prepared::exact_at(&s.prepared, &o.name, o.index);
         let _ = writeln!(
             t,
             "  {}[{}]{}: exact {} = {} ({}), kernel {} ({}), ratio {} > k = {:.2} ({} of {} elements over)",

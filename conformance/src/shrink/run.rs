@@ -18,7 +18,8 @@
 
 use super::{select, valid, Dims, Selection, Shrunk, Signature};
 use crate::error::{ConfError, Result};
-use crate::judge::check::{self, CaseResult, Prepared};
+use crate::judge::prepare::{self, Prepared};
+use crate::judge::verdict::{CaseResult, Verdict};
 use crate::protocol::exec::{self, ExecOptions, Outcome, WorkDir};
 use crate::suite::SuiteCase;
 use bnconf_spec::op::Extent;
@@ -79,7 +80,7 @@ struct Search<'a> {
 impl Search<'_> {
     fn run(&mut self, case: &SuiteCase) -> Result<Run> {
         self.runs += 1;
-        let prepared = check::prepare(std::slice::from_ref(case))?
+        let prepared = prepare::prepare(std::slice::from_ref(case))?
             .pop()
             .expect("one case");
         let work = WorkDir::temporary()?;
@@ -181,16 +182,16 @@ pub fn shrink(
     };
     let Some(sig) = Signature::of(&p0, &r0) else {
         let why = match &r0.verdict {
-            check::Verdict::Pass => format!(
+            Verdict::Pass => format!(
                 "it conforms (worst ratio {} <= k = {:.2})",
                 crate::report::fmt_ratio(r0.worst_ratio),
                 r0.k
             ),
-            check::Verdict::Unsupported(w) => format!("the kernel reports it unsupported: {w}"),
-            check::Verdict::Malformed(w) => {
+            Verdict::Unsupported(w) => format!("the kernel reports it unsupported: {w}"),
+            Verdict::Malformed(w) => {
                 format!("the kernel's outputs are missing or malformed: {w}")
             }
-            check::Verdict::Fail => unreachable!("a failing result has a signature"),
+            Verdict::Fail => unreachable!("a failing result has a signature"),
         };
         return Ok(Ended::DoesNotFail(why));
     };
