@@ -330,7 +330,7 @@ pub fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
                 let mut s =
                     suite::generate_in(name, &[prec], suite::DEFAULT_SEED, &filter).expect("suite");
                 if let Some(k) = shard {
-                    let sh: crate::report::shard::Shard = k.parse().expect("shard");
+                    let sh: crate::suite::shard::Shard = k.parse().expect("shard");
                     sh.apply(&mut s);
                 }
                 let mut m = suite::manifest_json_in(&s, prec, &filter);

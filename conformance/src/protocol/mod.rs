@@ -18,10 +18,7 @@ pub mod replicated;
 pub mod stablehlo;
 
 use crate::formats::fsafe::read_regular_string;
-
-/// Largest `manifest.json`, `case.json` or `out/unsupported` read (the default suite's
-/// manifest is about 60 KB); only regular files are read (docs/HOSTILE.md).
-pub const MAX_META_BYTES: u64 = 64 << 20;
+pub use crate::formats::fsafe::MAX_META_BYTES;
 
 pub(crate) fn shape_of(c: &SuiteCase, name: &str) -> Vec<usize> {
     let g = || bnconf_spec::Geometry::new(c.layout, &c.shape, usize::MAX).expect("valid");
@@ -164,7 +161,7 @@ pub fn regenerate(dir: &Path) -> Result<(Suite, Precision, Filter)> {
     let mut s = suite::generate_in(name, &[dtype], seed, &filter).ok_or_else(|| {
         ConfError::field("manifest.json: suite", format!("unknown suite {name:?}"))
     })?;
-    if let Some(shard) = crate::report::shard::from_manifest(&m)? {
+    if let Some(shard) = crate::suite::shard::from_manifest(&m)? {
         shard.apply(&mut s); // `export --shard K/N` wrote only that shard's cases
     }
     let listed: Vec<&str> = m

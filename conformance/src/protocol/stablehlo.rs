@@ -378,7 +378,7 @@ pub fn cli(
     dtype: Precision,
     filter: &Filter,
     dir: &Path,
-    shard: Option<crate::report::shard::Shard>,
+    shard: Option<crate::suite::shard::Shard>,
 ) -> Result<std::process::ExitCode> {
     if format != "stablehlo" {
         return Err(ConfError::field(
@@ -388,7 +388,7 @@ pub fn cli(
     }
     let w = export(s, dtype, filter, dir)?;
     if let Some(sh) = shard {
-        crate::report::shard::record_in_manifest(dir, sh)?;
+        crate::suite::shard::record_in_manifest(dir, sh)?;
     }
     eprintln!(
         "bnconf: wrote {} StableHLO modules of suite {} ({}) to {} ({} cases unsupported, {} excluded: manifest.json says which)",

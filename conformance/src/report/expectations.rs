@@ -124,8 +124,11 @@ pub fn parse(text: &str, path: &str) -> Result<Expectations> {
 /// Read an expectations file.
 pub fn read(path: &Path) -> Result<Expectations> {
     // Regular files only (a FIFO would block): docs/HOSTILE.md.
-    let text =
-        crate::formats::fsafe::read_regular_string(path, crate::protocol::MAX_META_BYTES, "")?;
+    let text = crate::formats::fsafe::read_regular_string(
+        path,
+        crate::formats::fsafe::MAX_META_BYTES,
+        "",
+    )?;
     parse(&text, &path.display().to_string())
 }
 

@@ -8,18 +8,21 @@ pub mod diagnosis;
 pub mod expectations;
 pub mod html;
 pub mod json;
-pub mod shard;
+
+/// `--shard K/N` is a selection of cases ([`crate::suite::shard`]); kept at this path for the
+/// binary's imports.
+pub use crate::suite::shard;
 
 use crate::error::Result;
 use crate::formats::atomic::write_bytes;
 use crate::judge::verdict::{summarize, CaseResult, Verdict};
+use crate::suite::shard::Shard;
 use crate::suite::SuiteCase;
 use diagnosis::Diagnosis;
 use expectations::Gate;
 use json::num;
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 use serde_json::{json, Value};
-use shard::Shard;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::Path;
