@@ -191,7 +191,7 @@ pub fn kernel_outputs_verdict(data: &[u8]) -> Option<CaseResult> {
             std::fs::write(out.join(format!("{name}.npy")), bytes).expect("scratch file");
         }
     }
-    let r = crate::protocol::read_outputs(&dir, p);
+    let r = p.judge_written(&crate::protocol::read_written(&dir, p));
     let _ = std::fs::remove_dir_all(&*dir);
     check_result(p, &r, unsupported);
     Some(r)

@@ -13,6 +13,22 @@ pub use crate::judge::prepare::{
 };
 pub use crate::judge::verdict::{approx, summarize, CaseResult, OutputResult, Summary, Verdict};
 
+/// What a kernel wrote for one case, as read from its directory (`protocol::read_written`):
+/// the reason it gave for not running the case, why what it wrote cannot be judged, or its
+/// outputs (values of their dtypes as f64) — every rank's for a replicated case.
+#[derive(Clone, Debug)]
+pub enum Written {
+    /// `out/unsupported` (of the case or of a rank): the kernel's reason.
+    Unsupported(String),
+    /// A missing or malformed output, or an unreadable `out/unsupported`: why (naming the file).
+    Malformed(String),
+    /// The outputs of a case.
+    Outputs(BTreeMap<String, Vec<f64>>),
+    /// The outputs of every rank of a replicated case (`ranks[r]`; the optional
+    /// `dgamma_local`/`dbeta_local` where present).
+    Ranks(Vec<BTreeMap<String, Vec<f64>>>),
+}
+
 impl Prepared {
     fn result(&self, verdict: Verdict, outputs: Vec<OutputResult>) -> CaseResult {
         let worst = outputs.iter().map(|o| o.worst_ratio).fold(0.0, f64::max);
@@ -39,6 +55,17 @@ impl Prepared {
     /// A case with a missing or malformed output.
     pub fn malformed(&self, why: &str) -> CaseResult {
         self.result(Verdict::Malformed(why.to_string()), vec![])
+    }
+
+    /// Judge what a kernel wrote for the case: its outputs ([`Prepared::judge`]), every rank's
+    /// ([`Prepared::judge_ranks`]), or the case unsupported or malformed as it says.
+    pub fn judge_written(&self, written: &Written) -> CaseResult {
+        match written {
+            Written::Unsupported(why) => self.unsupported(why),
+            Written::Malformed(why) => self.malformed(why),
+            Written::Outputs(computed) => self.judge(computed),
+            Written::Ranks(ranks) => self.judge_ranks(ranks),
+        }
     }
 
     /// Judge computed outputs (values of the case dtype, as f64) against the goldens.

@@ -4,10 +4,13 @@
 //! Rooms, lowest first: [`budget`] (the budget), [`verdict`] (what judging yields),
 //! [`replicated`] (the exact per-rank parts of replicated cases), [`prepare`] (goldens, budgets
 //! and approximations of each case), [`check`] (judging a kernel's outputs), [`ranks`] (judging
-//! a replicated case from its ranks' outputs).
+//! a replicated case from its ranks' outputs), [`diagnosis`] (the known-bad kernels run on the
+//! failing cases), [`gate`] (CI gating on an expectations file).
 
 pub mod budget;
 pub mod check;
+pub mod diagnosis;
+pub mod gate;
 pub mod prepare;
 pub mod ranks;
 pub mod replicated;

@@ -4,9 +4,10 @@
 //! class summary as a coloured table, and for the worst cases every element's ratio and the
 //! worst elements with their place in the layout.
 
-use super::{detail, diagnosis::Diagnosis, fmt_ratio, worst_cell, Context};
+use super::{detail, fmt_ratio, worst_cell, Context};
 use crate::error::Result;
 use crate::formats::atomic::write_bytes;
+use crate::judge::diagnosis::Diagnosis;
 use crate::judge::prepare::Prepared;
 use crate::judge::verdict::{approx, summarize, CaseResult, Summary, Verdict};
 use std::collections::BTreeMap;

@@ -315,7 +315,7 @@ impl Signature {
             },
         )?;
         let kernel =
-            crate::report::diagnosis::diagnose(std::slice::from_ref(p), std::slice::from_ref(r))
+            crate::judge::diagnosis::diagnose(std::slice::from_ref(p), std::slice::from_ref(r))
                 .first()
                 .map(|d| d.kernel.clone());
         Some(Signature {
@@ -337,7 +337,7 @@ impl Signature {
         match &self.kernel {
             None => true,
             Some(k) => {
-                crate::report::diagnosis::diagnose(std::slice::from_ref(p), std::slice::from_ref(r))
+                crate::judge::diagnosis::diagnose(std::slice::from_ref(p), std::slice::from_ref(r))
                     .iter()
                     .any(|d| &d.kernel == k)
             }

@@ -18,6 +18,7 @@
 
 use super::{select, valid, Dims, Selection, Shrunk, Signature};
 use crate::error::{ConfError, Result};
+use crate::judge::check::Written;
 use crate::judge::prepare::{self, Prepared};
 use crate::judge::verdict::{CaseResult, Verdict};
 use crate::protocol::exec::{self, ExecOptions, Outcome, WorkDir};
@@ -91,17 +92,13 @@ impl Search<'_> {
             Outcome::TimedOut(_) => return Ok(Run::TimedOut),
             Outcome::Exited(_) => {}
         }
-        if case.shard_sizes.is_empty() {
-            let r = crate::protocol::read_outputs(work.path(), &prepared);
-            return Ok(Run::Judged(Box::new((prepared, r, None))));
-        }
-        match crate::protocol::replicated::read_rank_outputs(work.path(), &prepared) {
-            Ok(ranks) => {
-                let r = prepared.judge_ranks(&ranks);
-                Ok(Run::Judged(Box::new((prepared, r, Some(ranks)))))
-            }
-            Err(r) => Ok(Run::Judged(Box::new((prepared, *r, None)))),
-        }
+        let written = crate::protocol::read_written(work.path(), &prepared);
+        let r = prepared.judge_written(&written);
+        let ranks = match written {
+            Written::Ranks(ranks) => Some(ranks),
+            _ => None,
+        };
+        Ok(Run::Judged(Box::new((prepared, r, ranks))))
     }
 
     /// Try a candidate: `Some((prepared, result, rank outputs))` when it fails the same way.
