@@ -1,6 +1,9 @@
 //! `bnconf` — the command-line interface. Exit codes (FORMAT.md): 0 conforming / success,
 //! 1 a case does not conform, 2 the harness could not run (bad arguments or input).
 
+mod shrink;
+mod stablehlo;
+
 use bnconf::error::ConfError;
 use bnconf::formats::case::{read_case_file, InputLimits};
 use bnconf::formats::golden;
@@ -175,7 +178,7 @@ enum Cmd {
         dir: PathBuf,
     },
     /// Shrink a failing case: a smaller case the kernel (--exec) still fails the same way.
-    Shrink(bnconf::shrink::cli::ShrinkArgs),
+    Shrink(shrink::ShrinkArgs),
     /// Judge ONNX's own BatchNormalization test data against the exact reference (docs/ONNX.md).
     Onnx {
         /// ONNX node test directories, or folders holding them [default: the copy of
@@ -340,7 +343,7 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
                 sh.apply(&mut s);
             }
             if format != "protocol" {
-                return protocol::stablehlo::cli(&format, &s, dtype, &filter, &out, shard);
+                return stablehlo::export(&format, &s, dtype, &filter, &out, shard);
             }
             protocol::export(&s, dtype, &filter, &out)?;
             if let Some(sh) = shard {
@@ -436,7 +439,7 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
                 .collect::<Result<Vec<_>, _>>()?;
             cmd_run(&suite, &precs, seed, &only, verbose, shard)
         }
-        Cmd::Shrink(a) => bnconf::shrink::cli::run(&a),
+        Cmd::Shrink(a) => shrink::run(&a),
         Cmd::Onnx { dirs } => {
             let (rows, table) = if dirs.is_empty() {
                 bnconf::peers::onnx::run_builtin()?

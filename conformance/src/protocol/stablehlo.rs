@@ -370,38 +370,6 @@ pub fn export(s: &Suite, dtype: Precision, filter: &Filter, dir: &Path) -> Resul
     Ok(w)
 }
 
-/// `bnconf export --format FORMAT` for a format other than `protocol`: `stablehlo` writes the
-/// export (and records `--shard`); anything else is an error naming `--format`.
-pub fn cli(
-    format: &str,
-    s: &Suite,
-    dtype: Precision,
-    filter: &Filter,
-    dir: &Path,
-    shard: Option<crate::suite::shard::Shard>,
-) -> Result<std::process::ExitCode> {
-    if format != "stablehlo" {
-        return Err(ConfError::field(
-            "--format",
-            format!("unknown format {format:?} (protocol, stablehlo)"),
-        ));
-    }
-    let w = export(s, dtype, filter, dir)?;
-    if let Some(sh) = shard {
-        crate::suite::shard::record_in_manifest(dir, sh)?;
-    }
-    eprintln!(
-        "bnconf: wrote {} StableHLO modules of suite {} ({}) to {} ({} cases unsupported, {} excluded: manifest.json says which)",
-        w.modules,
-        s.name,
-        dtype.name(),
-        dir.display(),
-        w.unsupported.len(),
-        s.excluded.len() + w.excluded.len()
-    );
-    Ok(std::process::ExitCode::SUCCESS)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

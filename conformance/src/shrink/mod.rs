@@ -13,8 +13,6 @@
 //! computed from memory (inputs are never read back from the directory).
 
 #[cfg(all(feature = "cli", unix))]
-pub mod cli;
-#[cfg(all(feature = "cli", unix))]
 pub mod run;
 
 use crate::error::{ConfError, Result};
