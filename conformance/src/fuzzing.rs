@@ -191,7 +191,7 @@ pub fn kernel_outputs_verdict(data: &[u8]) -> Option<CaseResult> {
             std::fs::write(out.join(format!("{name}.npy")), bytes).expect("scratch file");
         }
     }
-    let r = crate::protocol::read_outputs(&dir, p);
+    let r = p.judge_written(&crate::protocol::read_written(&dir, p));
     let _ = std::fs::remove_dir_all(&*dir);
     check_result(p, &r, unsupported);
     Some(r)
@@ -330,7 +330,7 @@ pub fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
                 let mut s =
                     suite::generate_in(name, &[prec], suite::DEFAULT_SEED, &filter).expect("suite");
                 if let Some(k) = shard {
-                    let sh: crate::report::shard::Shard = k.parse().expect("shard");
+                    let sh: crate::suite::shard::Shard = k.parse().expect("shard");
                     sh.apply(&mut s);
                 }
                 let mut m = suite::manifest_json_in(&s, prec, &filter);

@@ -419,7 +419,7 @@ fn built_in_replicated_kernels_are_judged_right() {
     for dtype in [FloatFormat::F32, FloatFormat::F64] {
         let prepared = suite_in(dtype, &Filter::default());
         for k in bnconf_impl::all_replicated_kernels() {
-            let rs = bnconf::judge::replicated::run_kernel(k.as_ref(), &prepared);
+            let rs = bnconf::judge::ranks::run_kernel(k.as_ref(), &prepared);
             let good = k.expected() == bnconf_impl::Expected::Good;
             if good {
                 assert!(

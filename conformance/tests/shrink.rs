@@ -316,7 +316,7 @@ fn shrinks_a_replicated_case_across_ranks() {
     let p = check::prepare(std::slice::from_ref(&case)).unwrap();
     let run = |k: &str| {
         let k = bnconf_impl::replicated_kernel_by_name(k).unwrap();
-        bnconf::judge::replicated::run_kernel(k.as_ref(), &p).remove(0)
+        bnconf::judge::ranks::run_kernel(k.as_ref(), &p).remove(0)
     };
     let bad = run("bad-rep-equal-weight");
     assert_eq!(bad.verdict, Verdict::Fail);

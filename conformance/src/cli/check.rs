@@ -123,7 +123,7 @@ fn check_inner(
     let prepared = check::prepare(&s.cases)?;
     let results: Vec<check::CaseResult> = prepared
         .iter()
-        .map(|p| protocol::read_outputs(&dir, p))
+        .map(|p| p.judge_written(&protocol::read_written(&dir, p)))
         .collect();
     let diagnosis = if out.no_diagnosis {
         None

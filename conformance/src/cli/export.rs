@@ -19,7 +19,7 @@ pub(crate) fn export(
         sh.apply(&mut s);
     }
     if format != "protocol" {
-        return protocol::stablehlo::cli(&format, &s, dtype, &filter, &out, shard);
+        return crate::stablehlo::export(&format, &s, dtype, &filter, &out, shard);
     }
     protocol::export(&s, dtype, &filter, &out)?;
     if let Some(sh) = shard {

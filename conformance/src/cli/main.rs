@@ -18,6 +18,8 @@ mod export;
 mod kernel;
 mod onnx;
 mod run;
+mod shrink;
+mod stablehlo;
 mod vectors;
 
 #[derive(Parser)]
@@ -184,7 +186,7 @@ enum Cmd {
         dir: PathBuf,
     },
     /// Shrink a failing case: a smaller case the kernel (--exec) still fails the same way.
-    Shrink(bnconf::shrink::cli::ShrinkArgs),
+    Shrink(shrink::ShrinkArgs),
     /// Judge ONNX's own BatchNormalization test data against the exact reference (docs/ONNX.md).
     Onnx {
         /// ONNX node test directories, or folders holding them [default: the copy of
@@ -373,7 +375,7 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
             verbose,
             shard,
         } => run::run(&suite, &dtypes, seed, &only, verbose, shard),
-        Cmd::Shrink(a) => bnconf::shrink::cli::run(&a),
+        Cmd::Shrink(a) => shrink::run(&a),
         Cmd::Onnx { dirs } => onnx::onnx(dirs),
         Cmd::Vectors { out, seed, dtypes } => vectors::write(out, seed, dtypes),
         Cmd::Verify { dir } => vectors::verify(dir),

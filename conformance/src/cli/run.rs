@@ -83,7 +83,7 @@ fn cmd_run(
                         name: k.name(),
                         good: k.expected() == bnconf_impl::Expected::Good,
                         shows: "replicated",
-                        results: bnconf::judge::replicated::run_kernel(k.as_ref(), &prepared),
+                        results: bnconf::judge::ranks::run_kernel(k.as_ref(), &prepared),
                     });
                 }
             }

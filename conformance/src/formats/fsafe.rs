@@ -14,6 +14,10 @@ use std::fs::{File, FileType};
 use std::io::Read;
 use std::path::Path;
 
+/// Largest `manifest.json`, `case.json`, `out/unsupported` or expectations file read (the
+/// default suite's manifest is about 60 KB); only regular files are read (docs/HOSTILE.md).
+pub const MAX_META_BYTES: u64 = 64 << 20;
+
 /// `O_NONBLOCK` of the platform's `open(2)` (0 where unknown: the type check before opening
 /// still applies, only the race with a path swapped for a FIFO is left open there).
 #[cfg(all(

@@ -186,13 +186,13 @@ pub fn export_into(
     s: &crate::suite::Suite,
     dtype: crate::suite::Precision,
     filter: &crate::suite::Filter,
-    shard: Option<crate::report::shard::Shard>,
+    shard: Option<crate::suite::shard::Shard>,
 ) -> Result<Option<i32>> {
     EXPORTING.store(true, Ordering::SeqCst);
     let r = (|| {
         super::export(s, dtype, filter, work.path())?;
         if let Some(sh) = shard {
-            crate::report::shard::record_in_manifest(work.path(), sh)?;
+            crate::suite::shard::record_in_manifest(work.path(), sh)?;
         }
         Ok(())
     })();

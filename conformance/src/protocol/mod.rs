@@ -4,7 +4,8 @@
 use crate::error::{ConfError, Result};
 use crate::formats::atomic::write_bytes;
 use crate::formats::npy::{read_npy_any, write_npy, NpyData};
-use crate::judge::check::{CaseResult, Prepared};
+use crate::judge::check::Written;
+use crate::judge::prepare::Prepared;
 use crate::suite::{self, Filter, Precision, Suite, SuiteCase};
 use bnconf_spec::exact::round::FloatFormat;
 use bnconf_spec::{Layout, Op};
@@ -17,10 +18,7 @@ pub mod replicated;
 pub mod stablehlo;
 
 use crate::formats::fsafe::read_regular_string;
-
-/// Largest `manifest.json`, `case.json` or `out/unsupported` read (the default suite's
-/// manifest is about 60 KB); only regular files are read (docs/HOSTILE.md).
-pub const MAX_META_BYTES: u64 = 64 << 20;
+pub use crate::formats::fsafe::MAX_META_BYTES;
 
 pub(crate) fn shape_of(c: &SuiteCase, name: &str) -> Vec<usize> {
     let g = || bnconf_spec::Geometry::new(c.layout, &c.shape, usize::MAX).expect("valid");
@@ -163,7 +161,7 @@ pub fn regenerate(dir: &Path) -> Result<(Suite, Precision, Filter)> {
     let mut s = suite::generate_in(name, &[dtype], seed, &filter).ok_or_else(|| {
         ConfError::field("manifest.json: suite", format!("unknown suite {name:?}"))
     })?;
-    if let Some(shard) = crate::report::shard::from_manifest(&m)? {
+    if let Some(shard) = crate::suite::shard::from_manifest(&m)? {
         shard.apply(&mut s); // `export --shard K/N` wrote only that shard's cases
     }
     let listed: Vec<&str> = m
@@ -226,16 +224,18 @@ fn error_msg(e: &ConfError) -> String {
     }
 }
 
-/// Read a kernel's outputs for one case from `DIR/<id>/out/`.
-pub fn read_outputs(dir: &Path, p: &Prepared) -> CaseResult {
+/// Read what a kernel wrote for one case into `DIR/<id>/out/` (every rank's `rank<r>/out/`
+/// for a replicated case), for [`Prepared::judge_written`]: its outputs, or `out/unsupported`'s
+/// reason, or why an output is missing or malformed.
+pub fn read_written(dir: &Path, p: &Prepared) -> Written {
     let c = &p.case;
     let out = dir.join(&c.id).join("out");
     if !c.shard_sizes.is_empty() {
-        return replicated::read_outputs(dir, p);
+        return replicated::read_written(dir, p);
     }
     match unsupported_reason(&out, &format!("{}/out", c.id)) {
-        Some(Ok(why)) => return p.unsupported(&why),
-        Some(Err(why)) => return p.malformed(&why),
+        Some(Ok(why)) => return Written::Unsupported(why),
+        Some(Err(why)) => return Written::Malformed(why),
         None => {}
     }
     let mut computed = BTreeMap::new();
@@ -249,10 +249,10 @@ pub fn read_outputs(dir: &Path, p: &Prepared) -> CaseResult {
             Ok(v) => {
                 computed.insert(name.to_string(), v);
             }
-            Err(why) => return p.malformed(&format!("{rel}: {why}")),
+            Err(why) => return Written::Malformed(format!("{rel}: {why}")),
         }
     }
-    p.judge(&computed)
+    Written::Outputs(computed)
 }
 
 /// One output file of a kernel, as values of `dtype`: a regular file of shape `want` (size

@@ -10,7 +10,8 @@ use super::{
 use crate::error::{ConfError, Result};
 use crate::formats::atomic::write_bytes;
 use crate::formats::npy::write_npy;
-use crate::judge::check::{CaseResult, Prepared};
+use crate::judge::check::Written;
+use crate::judge::prepare::Prepared;
 use crate::judge::replicated::LOCAL_OUTPUTS;
 use crate::suite::{replicated, Suite, SuiteCase};
 use bnconf_spec::exact::round::FloatFormat;
@@ -72,22 +73,11 @@ pub fn verify_inputs(dir: &Path, s: &Suite, c: &SuiteCase) -> Result<()> {
     Ok(())
 }
 
-/// Read every rank's outputs of one case and judge them ([`Prepared::judge_ranks`]).
-/// `out/unsupported` of the case or of any rank marks the case unsupported.
-pub fn read_outputs(dir: &Path, p: &Prepared) -> CaseResult {
-    match read_rank_outputs(dir, p) {
-        Ok(ranks) => p.judge_ranks(&ranks),
-        Err(r) => *r,
-    }
-}
-
-/// Every rank's outputs of one case as written (`ranks[r]`: output name → values of its
-/// dtype as f64; the optional `dgamma_local`/`dbeta_local` where present), or the case's
-/// result when it is unsupported or an output is missing or malformed.
-pub fn read_rank_outputs(
-    dir: &Path,
-    p: &Prepared,
-) -> std::result::Result<Vec<BTreeMap<String, Vec<f64>>>, Box<CaseResult>> {
+/// Every rank's outputs of one case as written ([`Written::Ranks`], `ranks[r]`: output name →
+/// values of its dtype as f64; the optional `dgamma_local`/`dbeta_local` where present), or
+/// why not: `out/unsupported` of the case or of any rank marks the case unsupported; a missing
+/// or malformed output, malformed.
+pub fn read_written(dir: &Path, p: &Prepared) -> Written {
     let c = &p.case;
     let cd = dir.join(&c.id);
     let mut dirs = vec![(cd.join("out"), format!("{}/out", c.id))];
@@ -99,8 +89,8 @@ pub fn read_rank_outputs(
     }));
     for (out, rel) in &dirs {
         match unsupported_reason(out, rel) {
-            Some(Ok(why)) => return Err(Box::new(p.unsupported(&why))),
-            Some(Err(why)) => return Err(Box::new(p.malformed(&why))),
+            Some(Ok(why)) => return Written::Unsupported(why),
+            Some(Err(why)) => return Written::Malformed(why),
             None => {}
         }
     }
@@ -118,7 +108,7 @@ pub fn read_rank_outputs(
                 Ok(v) => {
                     got.insert(name.to_string(), v);
                 }
-                Err(why) => return Err(Box::new(p.malformed(&format!("{rel}: {why}")))),
+                Err(why) => return Written::Malformed(format!("{rel}: {why}")),
             }
         }
         if p.locals.is_some() {
@@ -132,13 +122,13 @@ pub fn read_rank_outputs(
                     Ok(v) => {
                         got.insert(name.to_string(), v);
                     }
-                    Err(why) => return Err(Box::new(p.malformed(&format!("{rel}: {why}")))),
+                    Err(why) => return Written::Malformed(format!("{rel}: {why}")),
                 }
             }
         }
         ranks.push(got);
     }
-    Ok(ranks)
+    Written::Ranks(ranks)
 }
 
 /// `bnconf kernel NAME DIR` for a replicated kernel: every replicated case of DIR, each rank

@@ -15,7 +15,7 @@ use crate::error::{ConfError, Result};
 use crate::formats::atomic::write_bytes;
 use crate::formats::npy::{write_npy, NpyData};
 use crate::judge::budget;
-use crate::judge::check;
+use crate::judge::prepare::{self, Prepared};
 use crate::suite::{self, Filter, Precision, Suite, SuiteCase};
 use bnconf_spec::exact::round::{round_rational, FloatFormat};
 use bnconf_spec::exact::{fmt_rational, parse::parse_rational, Rational};
@@ -242,7 +242,7 @@ pub fn golden(c: &SuiteCase) -> Result<BTreeMap<&'static str, Vec<f64>>> {
 /// The allowed absolute error of every element of every output: `k(m)·u·total(u)` with the
 /// judge's budget ([`budget::ElementBudget::total`]: `cond + mag + u·mag2` and the underflow
 /// term) and `u` the output dtype's unit roundoff, in f64.
-pub fn allowed_error(p: &check::Prepared) -> BTreeMap<&'static str, Vec<f64>> {
+pub fn allowed_error(p: &Prepared) -> BTreeMap<&'static str, Vec<f64>> {
     p.budgets
         .iter()
         .map(|(&name, bs)| {
@@ -295,7 +295,7 @@ pub fn export(s: &Suite, dtype: Precision, filter: &Filter, dir: &Path) -> Resul
                 .push((c.id.clone(), format!("with eps = float32(eps): {why}")));
             continue;
         }
-        let p = check::prepare(std::slice::from_ref(&mc))
+        let p = prepare::prepare(std::slice::from_ref(&mc))
             .map_err(|e| ConfError::field(c.id.clone(), e.to_string()))?
             .remove(0);
         let gold = golden(&mc)?;
@@ -368,38 +368,6 @@ pub fn export(s: &Suite, dtype: Precision, filter: &Filter, dir: &Path) -> Resul
     let text = serde_json::to_string_pretty(&manifest).expect("json") + "\n";
     write_bytes(&dir.join("manifest.json"), text.as_bytes())?;
     Ok(w)
-}
-
-/// `bnconf export --format FORMAT` for a format other than `protocol`: `stablehlo` writes the
-/// export (and records `--shard`); anything else is an error naming `--format`.
-pub fn cli(
-    format: &str,
-    s: &Suite,
-    dtype: Precision,
-    filter: &Filter,
-    dir: &Path,
-    shard: Option<crate::report::shard::Shard>,
-) -> Result<std::process::ExitCode> {
-    if format != "stablehlo" {
-        return Err(ConfError::field(
-            "--format",
-            format!("unknown format {format:?} (protocol, stablehlo)"),
-        ));
-    }
-    let w = export(s, dtype, filter, dir)?;
-    if let Some(sh) = shard {
-        crate::report::shard::record_in_manifest(dir, sh)?;
-    }
-    eprintln!(
-        "bnconf: wrote {} StableHLO modules of suite {} ({}) to {} ({} cases unsupported, {} excluded: manifest.json says which)",
-        w.modules,
-        s.name,
-        dtype.name(),
-        dir.display(),
-        w.unsupported.len(),
-        s.excluded.len() + w.excluded.len()
-    );
-    Ok(std::process::ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

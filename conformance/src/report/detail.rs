@@ -3,7 +3,9 @@
 //! output's elements are over, the inputs there. Used by the human report, `Report`'s
 //! `Display` in the library, the JUnit failure messages and the HTML page.
 
-use crate::judge::check::{hexf, CaseResult, OutputResult, Verdict};
+use crate::judge::verdict::{CaseResult, OutputResult, Verdict};
+pub use crate::report::json::actual_over_expected;
+use crate::report::json::hexf;
 use crate::suite::SuiteCase;
 use bnconf_spec::op::Extent;
 use bnconf_spec::{Geometry, Layout, Op};
@@ -110,13 +112,6 @@ pub fn cells_per_channel(case: &SuiteCase) -> usize {
         .unwrap_or(1)
 }
 
-/// `actual / expected` at the worst element (`None` when the expected value is 0 or either
-/// is not finite).
-pub fn actual_over_expected(o: &OutputResult) -> Option<f64> {
-    let r = o.actual / o.expected_f64;
-    (o.expected_f64 != 0.0 && r.is_finite()).then_some(r)
-}
-
 /// A factor of the cell count `actual/expected` is close to: `m/(m−1)` (a variance divided
 /// by m−1), `(m−1)/m`, their square roots (the normalisation of such a variance).
 pub fn factor_hint(ratio: f64, m: usize) -> Option<String> {
@@ -196,6 +191,15 @@ pub fn rank_text(case: &SuiteCase, o: &OutputResult) -> String {
             format!(" on rank {r} (its row {})", o.index / row - off)
         }
         _ => format!(" on rank {r}"),
+    }
+}
+
+impl CaseResult {
+    /// Multi-line failure detail, worst output first: where the worst element lies (n, c, h, w;
+    /// channel and cell), `k of n elements over`, the inputs there, expected, actual, their
+    /// ratio, the budget ([`render`]).
+    pub fn detail(&self, case: &SuiteCase) -> String {
+        render(self, case)
     }
 }
 

@@ -4,10 +4,12 @@
 //! class summary as a coloured table, and for the worst cases every element's ratio and the
 //! worst elements with their place in the layout.
 
-use super::{detail, diagnosis::Diagnosis, fmt_ratio, worst_cell, Context};
+use super::{detail, fmt_ratio, worst_cell, Context};
 use crate::error::Result;
 use crate::formats::atomic::write_bytes;
-use crate::judge::check::{approx, summarize, CaseResult, Prepared, Verdict};
+use crate::judge::diagnosis::Diagnosis;
+use crate::judge::prepare::Prepared;
+use crate::judge::verdict::{approx, summarize, CaseResult, Summary, Verdict};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::Path;
@@ -310,7 +312,7 @@ fn element_plot(name: &str, ratios: &[f64], k: f64) -> String {
     s
 }
 
-fn cell_color(sm: &crate::judge::check::Summary, k: f64) -> &'static str {
+fn cell_color(sm: &Summary, k: f64) -> &'static str {
     if sm.passed + sm.failed == 0 {
         return "#f1f3f7";
     }

@@ -1,23 +1,31 @@
 //! Reports: the human report, `--report FILE.json`, `--junit FILE.xml`, `--html FILE.html`,
-//! the diagnosis against the known-bad kernels, and CI gating (expectations, shards).
+//! one failing case in words (`detail`), and the expectations gate's lines and file
+//! (`expectations`). What they render is decided in `judge` (verdicts, the diagnosis against
+//! the known-bad kernels, the expectations gate).
 //! Deterministic: the same results give the same bytes (no timestamps, no thread-dependent
 //! order). docs/REPORTS.md describes what each says.
 
 pub mod detail;
-pub mod diagnosis;
 pub mod expectations;
 pub mod html;
-pub mod shard;
+pub mod json;
+
+/// The diagnosis is a judge run ([`crate::judge::diagnosis`]); kept at this path.
+pub use crate::judge::diagnosis;
+/// `--shard K/N` is a selection of cases ([`crate::suite::shard`]); kept at this path for the
+/// binary's imports.
+pub use crate::suite::shard;
 
 use crate::error::Result;
 use crate::formats::atomic::write_bytes;
-use crate::judge::check::{num, summarize, CaseResult, Verdict};
+use crate::judge::diagnosis::Diagnosis;
+use crate::judge::gate::Gate;
+use crate::judge::verdict::{summarize, CaseResult, Verdict};
+use crate::suite::shard::Shard;
 use crate::suite::SuiteCase;
-use diagnosis::Diagnosis;
-use expectations::Gate;
+use json::num;
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 use serde_json::{json, Value};
-use shard::Shard;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::Path;

@@ -13,16 +13,16 @@
 //! computed from memory (inputs are never read back from the directory).
 
 #[cfg(all(feature = "cli", unix))]
-pub mod cli;
-#[cfg(all(feature = "cli", unix))]
 pub mod run;
 
 use crate::error::{ConfError, Result};
 use crate::formats::case::{read_case_file, Dtype, InputLimits};
 use crate::formats::golden;
 use crate::formats::npy::write_npy;
-use crate::judge::check::{hexf, num, CaseResult, Prepared, Verdict};
+use crate::judge::prepare::Prepared;
+use crate::judge::verdict::{CaseResult, Verdict};
 use crate::protocol::npy_of;
+use crate::report::json::{hexf, num};
 use crate::suite::{self, Level, SuiteCase};
 use bnconf_spec::exact::round::{f64_to_rational, FloatFormat};
 use bnconf_spec::op::Extent;
@@ -306,14 +306,14 @@ impl Signature {
             return None;
         }
         let worst = r.outputs.iter().filter(|o| o.n_over > 0).fold(
-            None::<&crate::judge::check::OutputResult>,
+            None::<&crate::judge::verdict::OutputResult>,
             |a, o| match a {
                 Some(b) if b.worst_ratio >= o.worst_ratio => Some(b),
                 _ => Some(o),
             },
         )?;
         let kernel =
-            crate::report::diagnosis::diagnose(std::slice::from_ref(p), std::slice::from_ref(r))
+            crate::judge::diagnosis::diagnose(std::slice::from_ref(p), std::slice::from_ref(r))
                 .first()
                 .map(|d| d.kernel.clone());
         Some(Signature {
@@ -335,7 +335,7 @@ impl Signature {
         match &self.kernel {
             None => true,
             Some(k) => {
-                crate::report::diagnosis::diagnose(std::slice::from_ref(p), std::slice::from_ref(r))
+                crate::judge::diagnosis::diagnose(std::slice::from_ref(p), std::slice::from_ref(r))
                     .iter()
                     .any(|d| &d.kernel == k)
             }
@@ -601,7 +601,7 @@ pub fn report_json(s: &Shrunk) -> Result<Value> {
         // A replicated case's per-channel output: the copy of the rank with the worst ratio
         // (rank 0's on ties); per-element outputs are the shards concatenated.
         let r = s.result.outputs.iter().filter(|o| o.name == name).fold(
-            None::<&crate::judge::check::OutputResult>,
+            None::<&crate::judge::verdict::OutputResult>,
             |a, o| match a {
                 Some(b) if b.worst_ratio >= o.worst_ratio || o.worst_ratio.is_nan() => Some(b),
                 _ => Some(o),
@@ -743,7 +743,7 @@ pub fn summary(s: &Shrunk) -> String {
     );
     for o in s.result.outputs.iter().filter(|o| o.n_over > 0) {
         let f = s.case.dtype_of(&o.name);
-        let exact = crate::judge::check::Prepared::exact_at(&s.prepared, &o.name, o.index);
+        let exact = Prepared::exact_at(&s.prepared, &o.name, o.index);
         let _ = writeln!(
             t,
             "  {}[{}]{}: exact {} = {} ({}), kernel {} ({}), ratio {} > k = {:.2} ({} of {} elements over)",

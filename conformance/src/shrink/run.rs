@@ -18,7 +18,9 @@
 
 use super::{select, valid, Dims, Selection, Shrunk, Signature};
 use crate::error::{ConfError, Result};
-use crate::judge::check::{self, CaseResult, Prepared};
+use crate::judge::check::Written;
+use crate::judge::prepare::{self, Prepared};
+use crate::judge::verdict::{CaseResult, Verdict};
 use crate::protocol::exec::{self, ExecOptions, Outcome, WorkDir};
 use crate::suite::SuiteCase;
 use bnconf_spec::op::Extent;
@@ -79,7 +81,7 @@ struct Search<'a> {
 impl Search<'_> {
     fn run(&mut self, case: &SuiteCase) -> Result<Run> {
         self.runs += 1;
-        let prepared = check::prepare(std::slice::from_ref(case))?
+        let prepared = prepare::prepare(std::slice::from_ref(case))?
             .pop()
             .expect("one case");
         let work = WorkDir::temporary()?;
@@ -90,17 +92,13 @@ impl Search<'_> {
             Outcome::TimedOut(_) => return Ok(Run::TimedOut),
             Outcome::Exited(_) => {}
         }
-        if case.shard_sizes.is_empty() {
-            let r = crate::protocol::read_outputs(work.path(), &prepared);
-            return Ok(Run::Judged(Box::new((prepared, r, None))));
-        }
-        match crate::protocol::replicated::read_rank_outputs(work.path(), &prepared) {
-            Ok(ranks) => {
-                let r = prepared.judge_ranks(&ranks);
-                Ok(Run::Judged(Box::new((prepared, r, Some(ranks)))))
-            }
-            Err(r) => Ok(Run::Judged(Box::new((prepared, *r, None)))),
-        }
+        let written = crate::protocol::read_written(work.path(), &prepared);
+        let r = prepared.judge_written(&written);
+        let ranks = match written {
+            Written::Ranks(ranks) => Some(ranks),
+            _ => None,
+        };
+        Ok(Run::Judged(Box::new((prepared, r, ranks))))
     }
 
     /// Try a candidate: `Some((prepared, result, rank outputs))` when it fails the same way.
@@ -181,16 +179,16 @@ pub fn shrink(
     };
     let Some(sig) = Signature::of(&p0, &r0) else {
         let why = match &r0.verdict {
-            check::Verdict::Pass => format!(
+            Verdict::Pass => format!(
                 "it conforms (worst ratio {} <= k = {:.2})",
                 crate::report::fmt_ratio(r0.worst_ratio),
                 r0.k
             ),
-            check::Verdict::Unsupported(w) => format!("the kernel reports it unsupported: {w}"),
-            check::Verdict::Malformed(w) => {
+            Verdict::Unsupported(w) => format!("the kernel reports it unsupported: {w}"),
+            Verdict::Malformed(w) => {
                 format!("the kernel's outputs are missing or malformed: {w}")
             }
-            check::Verdict::Fail => unreachable!("a failing result has a signature"),
+            Verdict::Fail => unreachable!("a failing result has a signature"),
         };
         return Ok(Ended::DoesNotFail(why));
     };

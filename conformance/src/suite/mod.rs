@@ -11,6 +11,7 @@
 
 pub mod replicated;
 pub mod scale;
+pub mod shard;
 pub mod vectors;
 
 use crate::formats::case::{Case, Dtype};

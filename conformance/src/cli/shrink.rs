@@ -1,10 +1,11 @@
-//! `bnconf shrink`'s arguments and entry point (the CLI dispatches here).
+//! `bnconf shrink`'s arguments and entry point (the CLI dispatches here); the shrinking
+//! itself is the library's `bnconf::shrink`.
 
-use super::run::{shrink, Ended};
-use crate::error::{ConfError, Result};
-use crate::formats::case::InputLimits;
-use crate::protocol::exec::{self, ExecOptions};
-use crate::suite::{self, SuiteCase};
+use bnconf::error::{ConfError, Result};
+use bnconf::formats::case::InputLimits;
+use bnconf::protocol::exec::{self, ExecOptions};
+use bnconf::shrink::run::{shrink, Ended};
+use bnconf::suite::{self, SuiteCase};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -39,7 +40,7 @@ pub struct ShrinkArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = exec::DEFAULT_TIMEOUT_S)]
     pub timeout: u64,
     /// Most kernel runs on candidates (after the original's).
-    #[arg(long, value_name = "N", default_value_t = super::DEFAULT_MAX_RUNS)]
+    #[arg(long, value_name = "N", default_value_t = bnconf::shrink::DEFAULT_MAX_RUNS)]
     pub max_runs: usize,
     /// Write the shrunk case here (a new or empty directory): case.json, <input>.npy,
     /// golden.json, kernel/<output>.npy (kernel/rank<r>/<output>.npy for a replicated case),
@@ -62,9 +63,9 @@ pub fn original_case(a: &ShrinkArgs) -> Result<SuiteCase> {
             "--case",
             "missing: give --case ID (with --suite, --dtype) or --case-file FILE",
         )),
-        (None, Some(f)) => super::case_from_file(f, &InputLimits::default()),
+        (None, Some(f)) => bnconf::shrink::case_from_file(f, &InputLimits::default()),
         (Some(id), None) => {
-            let prec = crate::testing::parse_precision(&a.dtype).map_err(|_| {
+            let prec = bnconf::testing::parse_precision(&a.dtype).map_err(|_| {
                 ConfError::field(
                     "--dtype",
                     format!("{:?}: one of f32, f64, f16, bf16", a.dtype),
@@ -159,7 +160,7 @@ fn run_inner(a: &ShrinkArgs) -> Result<ExitCode> {
         return Err(ConfError::field("--timeout", "must be at least 1 second"));
     }
     let original = original_case(a)?;
-    if super::problem_of(&original).is_err() || suite::ill_posed(&original).is_some() {
+    if bnconf::shrink::problem_of(&original).is_err() || suite::ill_posed(&original).is_some() {
         return Err(ConfError::field(
             "--case",
             format!(
@@ -183,10 +184,10 @@ fn run_inner(a: &ShrinkArgs) -> Result<ExitCode> {
             Ok(ExitCode::from(1))
         }
         Ended::Shrunk(s) => {
-            crate::formats::atomic::write_dir_atomic(&a.out, |stage| {
-                super::write_output(&s, stage)
+            bnconf::formats::atomic::write_dir_atomic(&a.out, |stage| {
+                bnconf::shrink::write_output(&s, stage)
             })?;
-            print!("{}", super::summary(&s));
+            print!("{}", bnconf::shrink::summary(&s));
             println!("wrote {}", a.out.display());
             Ok(ExitCode::SUCCESS)
         }

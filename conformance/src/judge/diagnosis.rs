@@ -18,7 +18,8 @@
 //! most cases first (ties in `all_kernels()` order). The `replicated` suite's cases are
 //! fingerprinted by the replicated known-bad kernels (`bad-rep-*`), run on the same ranks.
 
-use crate::judge::check::{CaseResult, Prepared, Verdict};
+use crate::judge::prepare::Prepared;
+use crate::judge::verdict::{CaseResult, Verdict};
 use crate::par::*;
 use bnconf_impl::{Kernel, ReplicatedKernel};
 use std::collections::BTreeMap;

@@ -84,8 +84,11 @@ pub fn from_manifest(m: &serde_json::Value) -> Result<Option<Shard>, crate::erro
 /// The shard recorded in `DIR/manifest.json`, if any.
 pub fn from_manifest_dir(dir: &std::path::Path) -> Result<Option<Shard>, crate::error::ConfError> {
     let mpath = dir.join("manifest.json");
-    let text =
-        crate::formats::fsafe::read_regular_string(&mpath, crate::protocol::MAX_META_BYTES, "")?;
+    let text = crate::formats::fsafe::read_regular_string(
+        &mpath,
+        crate::formats::fsafe::MAX_META_BYTES,
+        "",
+    )?;
     let m: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| crate::error::ConfError::Json {
             path: mpath.display().to_string(),
@@ -101,8 +104,11 @@ pub fn record_in_manifest(
     shard: Shard,
 ) -> Result<(), crate::error::ConfError> {
     let mpath = dir.join("manifest.json");
-    let text =
-        crate::formats::fsafe::read_regular_string(&mpath, crate::protocol::MAX_META_BYTES, "")?;
+    let text = crate::formats::fsafe::read_regular_string(
+        &mpath,
+        crate::formats::fsafe::MAX_META_BYTES,
+        "",
+    )?;
     let mut m: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| crate::error::ConfError::Json {
             path: mpath.display().to_string(),

@@ -1,0 +1,569 @@
+//! Preparing cases for judging: each suite case with its exact outputs (from the channel
+//! constants where the fast path covers the op, otherwise `Problem::evaluate`), its budgets and
+//! double-double approximations; large and replicated cases through the fast cells
+//! ([`crate::fast::cells`]). Expected values always come from the exact reference.
+
+use crate::judge::budget::{self, ElementBudget};
+use crate::par::*;
+use crate::suite::SuiteCase;
+use bnconf_spec::exact::round::{round, FloatFormat};
+use bnconf_spec::op::Outputs;
+use bnconf_spec::QSqrt;
+use std::collections::BTreeMap;
+
+/// A suite case with its exact outputs and budgets, ready to judge any number of kernels.
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    /// The case.
+    pub case: SuiteCase,
+    /// Exact outputs.
+    pub golden: Outputs,
+    /// Budgets per output element.
+    pub budgets: BTreeMap<&'static str, Vec<ElementBudget>>,
+    /// Allowance k(m).
+    pub k: f64,
+    /// Double-double approximations of the exact outputs (for fast judging).
+    pub approx: BTreeMap<&'static str, Vec<Approx>>,
+    /// Large cases ([`FAST_JUDGE_MIN_LEN`] cells or more, ops of the fast path): the cell
+    /// output is not stored exactly per element (`golden` and `approx` hold only the
+    /// per-channel outputs); its exact values come from these per-channel constants
+    /// ([`Prepared::exact_at`]).
+    pub fast: Option<std::sync::Arc<crate::fast::cells::FastCells>>,
+    /// Replicated backward cases: per rank, the exact part of `dgamma`/`dbeta` its shard
+    /// contributes (`dgamma_local`/`dbeta_local`, judged when a rank writes them).
+    pub locals: Option<std::sync::Arc<Vec<crate::judge::replicated::RankLocal>>>,
+}
+
+/// Cells from which a case is judged through [`crate::fast::cells`] (exact per-channel
+/// constants, double-double per element with an exact fallback) instead of one exact number
+/// per element.
+pub const FAST_JUDGE_MIN_LEN: usize = 1 << 14;
+
+/// Whether a case is judged through the fast cells.
+pub fn judged_fast(c: &SuiteCase) -> bool {
+    // The replicated suite's cases too, whatever their size: every kernel judged on them runs
+    // per rank, and their budgets come from the closed-form bounds anyway (m > 16).
+    crate::fast::covers(c.op)
+        && (c.inputs.get("x").map_or(0, Vec::len) >= FAST_JUDGE_MIN_LEN
+            || !c.shard_sizes.is_empty())
+}
+
+/// The fast preparation of a large case; `None` where it does not apply (then the exact path
+/// runs and reports any error in the case, as for small cases).
+fn prepare_fast(c: &SuiteCase) -> Option<Prepared> {
+    let geom = bnconf_spec::Geometry::new(c.layout, &c.shape, usize::MAX).expect("valid");
+    let eps = bnconf_spec::exact::parse::parse_rational(&c.eps).expect("generated eps");
+    let fp = crate::fast::FastProblem::of_suite_case(c).ok()?;
+    let fc = crate::fast::cells::FastCells::new(&fp).ok()?;
+    let budgets = budget::budgets_bound_f64(c.op, &geom, &eps, &c.inputs).ok()?;
+    let mut golden = Outputs::new();
+    let mut approx = BTreeMap::new();
+    for (&name, vals) in c.op.outputs()[1..].iter().zip(fc.channel_outputs()) {
+        approx.insert(name, vals.iter().map(Approx::new).collect());
+        golden.insert(name, vals);
+    }
+    let locals = crate::judge::replicated::locals(c, &golden)
+        .ok()?
+        .map(std::sync::Arc::new);
+    Some(Prepared {
+        k: budget::k_allowance(geom.m),
+        case: c.clone(),
+        golden,
+        budgets,
+        approx,
+        fast: Some(std::sync::Arc::new(fc)),
+        locals,
+    })
+}
+
+impl Prepared {
+    /// Number of elements of output `name`.
+    pub fn output_len(&self, name: &str) -> usize {
+        match (&self.fast, self.golden.get(name)) {
+            (_, Some(v)) => v.len(),
+            (Some(f), None) => f.len(),
+            (None, None) => 0,
+        }
+    }
+
+    /// The exact value of element `i` of output `name`.
+    pub fn exact_at(&self, name: &str, i: usize) -> QSqrt {
+        match (&self.fast, self.golden.get(name)) {
+            (_, Some(v)) => v[i].clone(),
+            (Some(f), None) => f.exact(i),
+            (None, None) => panic!("no output {name}"),
+        }
+    }
+
+    /// The ratio `|computed − exact| / (u·budget)` of every element of output `name`
+    /// (lengths already checked).
+    pub fn ratios(&self, name: &str, vals: &[f64], u: f64) -> Vec<f64> {
+        let b = &self.budgets[name];
+        if let (Some(f), None) = (&self.fast, self.golden.get(name)) {
+            return vals
+                .par_iter()
+                .enumerate()
+                .map(|(i, &v)| fast_ratio(f, i, v, &b[i], u, self.k))
+                .collect();
+        }
+        let exact = &self.golden[name];
+        let ap = &self.approx[name];
+        (0..vals.len())
+            .map(|i| ap[i].ratio(vals[i], &exact[i], &b[i], u))
+            .collect()
+    }
+}
+
+/// The ratio of element `i` of a fast case: from the double-double value and its error bound,
+/// exact where the bound cannot decide the verdict `ratio <= k` (or does not apply).
+fn fast_ratio(
+    f: &crate::fast::cells::FastCells,
+    i: usize,
+    computed: f64,
+    b: &ElementBudget,
+    u: f64,
+    k: f64,
+) -> f64 {
+    if !computed.is_finite() {
+        return f64::INFINITY;
+    }
+    let total = b.total(u);
+    if let (Some((v, err)), true) = (f.approx(i), computed.abs() <= 2f64.powi(1000)) {
+        if total.is_finite() && total > 0.0 {
+            let d = crate::fast::dd::DD::from_f64(computed) + -v;
+            let diff = (d.hi + d.lo).abs();
+            // |diff| is within err (the value's bound) + 2^-50·|diff| (the subtraction) of
+            // the true |computed − exact|.
+            let unc = err + diff * 2f64.powi(-50);
+            let scale = u * total;
+            let (lo, hi) = ((diff - unc) / scale, (diff + unc) / scale);
+            if hi <= k || lo > k {
+                return diff / scale;
+            }
+        } else if total.is_infinite() {
+            return 0.0;
+        }
+    }
+    count_exact_fallback();
+    b.ratio(computed, &f.exact(i), u)
+}
+
+/// Counts one fall-back to the exact ratio (in tests; nothing otherwise).
+#[inline]
+fn count_exact_fallback() {
+    #[cfg(test)]
+    EXACT_FALLBACKS.with(|n| n.set(n.get() + 1));
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How often [`fast_ratio`] or [`Approx::ratio`] fell back to the exact ratio on this
+    /// thread (tests only: the double-double path must serve all but the undecidable values).
+    static EXACT_FALLBACKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// An exact value as an unevaluated sum `hi + lo` of two f64: `hi` is the exact value
+/// correctly rounded, `lo` the exact residual correctly rounded. Relative error ≤ 2^-105,
+/// so the error of a computed float is known to about 2^-50 relative (see [`Approx::ratio`]).
+/// `None` where the value is outside the range in which that holds (then the exact path is used).
+#[derive(Clone, Copy, Debug)]
+pub struct Approx(Option<(f64, f64)>);
+
+impl Approx {
+    /// From an exact value.
+    pub fn new(v: &QSqrt) -> Approx {
+        let hi = round(v, FloatFormat::F64).to_f64();
+        if !hi.is_finite()
+            || (hi != 0.0 && hi.abs() < 2f64.powi(-900))
+            || hi.abs() > 2f64.powi(1000)
+        {
+            return Approx(None);
+        }
+        let res =
+            v - &QSqrt::rational(bnconf_spec::exact::round::f64_to_rational(hi).expect("finite"));
+        let lo = round(&res, FloatFormat::F64).to_f64();
+        Approx(Some((hi, lo)))
+    }
+
+    /// `|computed - exact| / (u*budget)` to about 2^-50 relative (exact when the two are
+    /// equal), falling back to the exact [`budget::ratio`] outside the safe range.
+    pub fn ratio(&self, computed: f64, exact: &QSqrt, b: &ElementBudget, u: f64) -> f64 {
+        let Some((hi, lo)) = self.0 else {
+            count_exact_fallback();
+            return b.ratio(computed, exact, u);
+        };
+        if !computed.is_finite() {
+            return f64::INFINITY;
+        }
+        if computed.abs() > 2f64.powi(1000) {
+            count_exact_fallback();
+            return b.ratio(computed, exact, u);
+        }
+        // two-sum: computed - hi = s + t exactly
+        let s = computed - hi;
+        let bb = s - computed;
+        let t = (computed - (s - bb)) + (-hi - bb);
+        let diff = (s + (t - lo)).abs();
+        if diff == 0.0 && lo == 0.0 {
+            return 0.0;
+        }
+        let total = b.total(u);
+        if total.is_nan() || total <= 0.0 {
+            // (An exact match returned 0 above.)
+            return f64::INFINITY;
+        }
+        diff / total / u
+    }
+}
+
+/// Evaluate goldens and budgets for every case (in parallel; order kept). Large cases are
+/// prepared through the fast cells ([`judged_fast`]); verdicts and ratios are those of the
+/// exact path (tested).
+pub fn prepare(cases: &[SuiteCase]) -> Result<Vec<Prepared>, bnconf_spec::SpecError> {
+    prepare_with(cases, true)
+}
+
+/// [`prepare`], with the fast cells allowed or not (`false`: one exact number per element,
+/// whatever the size; for tests of the fast path).
+pub fn prepare_with(
+    cases: &[SuiteCase],
+    allow_fast: bool,
+) -> Result<Vec<Prepared>, bnconf_spec::SpecError> {
+    cases
+        .par_iter()
+        .map(|c| {
+            if let Some(p) = (allow_fast && judged_fast(c))
+                .then(|| prepare_fast(c))
+                .flatten()
+            {
+                return Ok(p);
+            }
+            let p = c.problem();
+            let golden = match exact_by_forms(c) {
+                Some(g) => g,
+                None => p.evaluate()?,
+            };
+            let budgets = budget::budgets_auto(&p)?;
+            let approx = golden
+                .iter()
+                .map(|(&n, v)| (n, v.iter().map(Approx::new).collect()))
+                .collect();
+            let locals = crate::judge::replicated::locals(c, &golden)?.map(std::sync::Arc::new);
+            Ok(Prepared {
+                k: budget::k_allowance(p.geom.m),
+                case: c.clone(),
+                golden,
+                budgets,
+                approx,
+                fast: None,
+                locals,
+            })
+        })
+        .collect()
+}
+
+/// The exact outputs of a case the fast path covers from its channel constants (the same
+/// values as `Problem::evaluate`, with fewer rational operations per element: tests in
+/// `fast`); `None` where it does not apply or refuses the case (then `evaluate` reports).
+fn exact_by_forms(c: &SuiteCase) -> Option<Outputs> {
+    if !crate::fast::covers(c.op) {
+        return None;
+    }
+    let fp = crate::fast::FastProblem::of_suite_case(c).ok()?;
+    let fc = crate::fast::cells::FastCells::new(&fp).ok()?;
+    let names = c.op.outputs();
+    let mut out = Outputs::new();
+    out.insert(names[0], (0..fc.len()).map(|j| fc.exact(j)).collect());
+    for (&name, vals) in names[1..].iter().zip(fc.channel_outputs()) {
+        out.insert(name, vals);
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::judge::verdict::approx;
+    use bnconf_spec::exact::round::FloatFormat;
+    use bnconf_spec::Op;
+
+    /// The judge's exact outputs from the channel constants equal `Problem::evaluate`'s on
+    /// every default-suite case the fast path covers (f32 and f64).
+    #[test]
+    fn exact_by_forms_equals_evaluate() {
+        let s = crate::suite::test_suite("default", &[FloatFormat::F32, FloatFormat::F64]);
+        let mut n = 0;
+        for c in &s.cases {
+            if let Some(g) = exact_by_forms(c) {
+                assert_eq!(g, c.problem().evaluate().unwrap(), "{}", c.id);
+                n += 1;
+            }
+        }
+        assert!(n > 700, "{n}");
+    }
+
+    /// Which cases go through the fast cells: those of an op the fast path covers with at
+    /// least `FAST_JUDGE_MIN_LEN` cells, and every replicated case of such an op (whatever its
+    /// size); the others are prepared one exact number per element. The verdicts are the same
+    /// either way (tested above and in `tests/large_channels.rs`), so only the preparation
+    /// shows which path a case took.
+    #[test]
+    fn large_and_replicated_cases_are_judged_fast() {
+        let s = crate::suite::test_suite("default", &[FloatFormat::F32]);
+        let small = s
+            .cases
+            .iter()
+            .find(|c| c.op == Op::Backward && c.layout == bnconf_spec::Layout::Nchw)
+            .expect("a backward NCHW case")
+            .clone();
+        // Tiled along N (the outermost axis of NCHW) to at least FAST_JUDGE_MIN_LEN cells.
+        let len = small.inputs["x"].len();
+        let k = FAST_JUDGE_MIN_LEN.div_ceil(len);
+        let mut large = small.clone();
+        large.shape[0] *= k;
+        for name in ["x", "dy"] {
+            large
+                .inputs
+                .insert(name.into(), small.inputs[name].repeat(k));
+        }
+        let r = crate::suite::test_suite("replicated", &[FloatFormat::F32]);
+        let replicated = r
+            .cases
+            .iter()
+            .filter(|c| crate::fast::covers(c.op))
+            .min_by_key(|c| c.inputs["x"].len())
+            .expect("a replicated case")
+            .clone();
+        assert!(len < FAST_JUDGE_MIN_LEN && replicated.inputs["x"].len() < FAST_JUDGE_MIN_LEN);
+        let stats = r
+            .cases
+            .iter()
+            .find(|c| !crate::fast::covers(c.op))
+            .expect("a replicated case the fast path does not cover")
+            .clone();
+        let p = prepare(&[
+            small.clone(),
+            large.clone(),
+            replicated.clone(),
+            stats.clone(),
+        ])
+        .unwrap();
+        let fast: Vec<bool> = p.iter().map(|p| p.fast.is_some()).collect();
+        assert_eq!(
+            fast,
+            [false, true, true, false],
+            "small, large, replicated, {}",
+            stats.id
+        );
+        for c in [&small, &large, &replicated, &stats] {
+            assert_eq!(
+                judged_fast(c),
+                prepare(std::slice::from_ref(c)).unwrap()[0].fast.is_some(),
+                "{}",
+                c.id
+            );
+        }
+        // The threshold itself, on the cell count alone.
+        let mut edge = small;
+        for (n, fast) in [(FAST_JUDGE_MIN_LEN - 1, false), (FAST_JUDGE_MIN_LEN, true)] {
+            edge.inputs.insert("x".into(), vec![1.0; n]);
+            assert_eq!(judged_fast(&edge), fast, "{n} cells");
+        }
+        // Large and the same as the exact preparation: the fast one agrees with it.
+        let exact = prepare_with(std::slice::from_ref(&large), false).unwrap();
+        assert!(exact[0].fast.is_none());
+        let name = large.op.outputs()[0];
+        assert_eq!(p[1].output_len(name), exact[0].output_len(name));
+        assert_eq!(p[1].output_len(name), large.inputs["x"].len());
+        for i in [0, 1, len, large.inputs["x"].len() - 1] {
+            assert_eq!(
+                p[1].exact_at(name, i),
+                exact[0].exact_at(name, i),
+                "{name}[{i}]"
+            );
+        }
+    }
+    /// `fast_ratio` (double-double value and its error bound, exact where they cannot decide
+    /// `ratio <= k`) against the exact ratio `ElementBudget::ratio`, on the element output of
+    /// every default-suite case the fast cells cover (f32 and f64; the first 8 elements of
+    /// each): the same value within the double-double's error bound and **the same verdict at
+    /// the gate `k`**, also for computed values whose ratio is within an ulp of `k` (the f64
+    /// neighbours of `exact + k·u·budget`, and budgets swept over the f64 neighbours of the
+    /// one that puts the ratio at `k`), where the double-double alone cannot decide. Away from
+    /// the gate the double-double decides: no value falls back to the exact ratio.
+    #[test]
+    fn fast_ratio_is_the_exact_ratio_with_the_exact_verdict() {
+        let s = crate::suite::test_suite("default", &[FloatFormat::F32, FloatFormat::F64]);
+        let (mut n, mut at_gate, mut decided) = (0usize, 0usize, 0usize);
+        for c in s.cases.iter().filter(|c| crate::fast::covers(c.op)) {
+            let p = prepare_fast(c).expect("a fast preparation");
+            let f = p.fast.as_deref().expect("fast cells");
+            let b = &p.budgets[c.op.outputs()[0]];
+            let (u, k) = (c.dtype.unit_roundoff(), p.k);
+            for (i, bi) in b.iter().enumerate().take(f.len().min(8)) {
+                let exact = f.exact(i);
+                let value = f.approx(i);
+                let e = approx(&exact);
+                let scale = u * bi.total(u);
+                let mut computed = vec![e, e + scale * 0.5, e - scale * 3.0, e + scale * 1e3];
+                let g = e + k * scale;
+                computed.extend([g, g.next_up(), g.next_down(), g.next_up().next_up()]);
+                // Away from the gate: decided by the double-double wherever it applies (a
+                // finite positive budget, and a value bound far below it; not where the
+                // budget is subnormal, as for a `gamma = 0` channel).
+                let applies = scale.is_finite()
+                    && scale > 0.0
+                    && value.is_some_and(|(_, err)| err < scale * 2f64.powi(-20));
+                let before = EXACT_FALLBACKS.with(|n| n.get());
+                for &x in &computed[..4] {
+                    fast_ratio(f, i, x, bi, u, k);
+                }
+                let fell_back = EXACT_FALLBACKS.with(|n| n.get()) - before;
+                assert!(
+                    fell_back == 0 || !applies,
+                    "{} element {i}: {fell_back} of 4 values away from the gate fell back \
+                     (value {value:?}, budget {bi:?}, {computed:?})",
+                    c.id
+                );
+                decided += 4 * usize::from(applies);
+                // Budgets that put the ratio of `g` within a few ulps of `k`.
+                let r = bi.ratio(g, &exact, u);
+                let mut t = bi.total(u) * (r / k);
+                let mut near_k = vec![];
+                for _ in 0..4 {
+                    t = t.next_down();
+                }
+                for _ in 0..9 {
+                    near_k.push(ElementBudget {
+                        cond: t,
+                        mag: 0.0,
+                        mag2: 0.0,
+                    });
+                    t = t.next_up();
+                }
+                let swept = near_k.iter().map(|bb| (g, bb));
+                for (x, bb) in computed.iter().map(|&x| (x, bi)).chain(swept) {
+                    let fast = fast_ratio(f, i, x, bb, u, k);
+                    let want = bb.ratio(x, &exact, u);
+                    // Within the double-double's own error bound (`err`, relative to the
+                    // budget) of the exact ratio, or equal to it where it falls back.
+                    let close = match value {
+                        Some((_, err)) => {
+                            (fast - want).abs() <= err / (u * bb.total(u)) + want * 2f64.powi(-48)
+                        }
+                        None => fast.to_bits() == want.to_bits(),
+                    };
+                    assert!(
+                        close && (fast <= k) == (want <= k),
+                        "{} element {i}: computed {x:e}, exact {}, budget {:?}, k {k}: \
+                         fast ratio {fast:e}, exact ratio {want:e}",
+                        c.id,
+                        e,
+                        bb
+                    );
+                    at_gate += usize::from((want - k).abs() <= 2f64.powi(-40) * k);
+                    n += 1;
+                }
+            }
+        }
+        assert!(
+            n > 10_000 && at_gate > 100 && decided > 1000,
+            "{n} values, {at_gate} at the gate, {decided} decided away from it"
+        );
+        // Not finite: infinite. Beyond 2^1000 (a finite ratio, about 2/u): the exact ratio
+        // itself, by the exact fallback. A budget of 0 (only the underflow term is left): the
+        // exact ratio, bit for bit.
+        let c = s.cases.iter().find(|c| crate::fast::covers(c.op)).unwrap();
+        let p = prepare_fast(c).unwrap();
+        let f = p.fast.as_deref().unwrap();
+        let b = ElementBudget {
+            cond: 1.0,
+            mag: 1.0,
+            mag2: 0.0,
+        };
+        let u = c.dtype.unit_roundoff();
+        for x in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            assert_eq!(fast_ratio(f, 0, x, &b, u, 8.0), f64::INFINITY);
+        }
+        let huge = ElementBudget {
+            cond: 2f64.powi(1000),
+            mag: 0.0,
+            mag2: 0.0,
+        };
+        let zero = ElementBudget::default();
+        let exact0 = f.exact(0);
+        for (x, bb) in [(2f64.powi(1001), huge), (approx(&exact0) + 1.0, zero)] {
+            let want = bb.ratio(x, &exact0, u);
+            assert!(want.is_finite() || bb.cond == 0.0, "{x:e}, {bb:?}: {want}");
+            let before = EXACT_FALLBACKS.with(|n| n.get());
+            let got = fast_ratio(f, 0, x, &bb, u, 8.0);
+            assert_eq!(got.to_bits(), want.to_bits(), "{x:e}, {bb:?}");
+            let fell_back = EXACT_FALLBACKS.with(|n| n.get()) - before;
+            assert_eq!(fell_back, usize::from(bb == huge), "{x:e}, {bb:?}");
+        }
+        // An infinite budget accepts anything finite: 0.
+        let inf = ElementBudget {
+            cond: f64::INFINITY,
+            mag: 0.0,
+            mag2: 0.0,
+        };
+        assert_eq!(fast_ratio(f, 0, 1e30, &inf, u, 8.0), 0.0);
+    }
+
+    /// `Approx::ratio` (the double-double ratio of small cases): in its range it never falls
+    /// back to the exact ratio and agrees with it to 2^-45, also where the exact value is a
+    /// float (`lo = 0`); a computed value beyond 2^1000 (here `f64::MAX` against `-2^999`,
+    /// where the two-sum would overflow) falls back; a NaN or negative budget gives 0 for an
+    /// exact match and inf otherwise, as the exact ratio does.
+    #[test]
+    fn approx_ratio_stays_in_double_double_and_falls_back_at_its_edges() {
+        let fallbacks = || EXACT_FALLBACKS.with(|n| n.get());
+        let q = crate::fast::exact_f64;
+        let third = QSqrt::rational(bnconf_spec::exact::Rational::new(1.into(), 3.into()));
+        let r = |n: i64| bnconf_spec::exact::Rational::from_integer(n.into());
+        let root = QSqrt::new(r(1), r(1), r(2)); // 1 + sqrt(2)
+        let big = third.clone() * q(2f64.powi(999));
+        let b = ElementBudget {
+            cond: 3.0,
+            mag: 0.5,
+            mag2: 0.0,
+        };
+        let u = FloatFormat::F32.unit_roundoff();
+        for v in [third.clone(), root, q(1.0), q(0.25), big, q(-1e-250)] {
+            let a = Approx::new(&v);
+            let e = approx(&v);
+            for k in [-1e6, -3.0, -1.0, 0.0, 1.0, 2.5, 1e3] {
+                let x = e + k * e.abs() * 2f64.powi(-30);
+                let before = fallbacks();
+                let got = a.ratio(x, &v, &b, u);
+                assert_eq!(fallbacks(), before, "{x:e} against {e:e} fell back");
+                let want = b.ratio(x, &v, u);
+                assert!(
+                    (got - want).abs() <= want * 2f64.powi(-45),
+                    "{x:e} against {e:e}: {got:e}, exact {want:e}"
+                );
+                assert_eq!(got == 0.0, want == 0.0, "{x:e} against {e:e}");
+            }
+        }
+        // Beyond 2^1000: the exact ratio (inf here: the difference overflows), counted.
+        let v = q(-(2f64.powi(999)));
+        let before = fallbacks();
+        let got = Approx::new(&v).ratio(f64::MAX, &v, &b, u);
+        assert_eq!(fallbacks(), before + 1);
+        assert_eq!(got.to_bits(), b.ratio(f64::MAX, &v, u).to_bits(), "{got}");
+        // NaN or negative budgets: 0 for an exact match, inf otherwise.
+        for bad in [f64::NAN, -1e300] {
+            let bb = ElementBudget {
+                cond: bad,
+                mag: 0.0,
+                mag2: 0.0,
+            };
+            for v in [q(0.25), third.clone()] {
+                let a = Approx::new(&v);
+                assert_eq!(a.ratio(0.3, &v, &bb, u), f64::INFINITY, "{bad} {v:?}");
+                assert_eq!(bb.ratio(0.3, &v, u), f64::INFINITY);
+            }
+            assert_eq!(Approx::new(&q(0.25)).ratio(0.25, &q(0.25), &bb, u), 0.0);
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! Verdicts: what judging a case yields ([`Verdict`], the worst element of each output
+//! [`OutputResult`], the case's [`CaseResult`]) and their summary over a run ([`Summary`]).
+//! Rendering them (text, JSON, JUnit, HTML) is `report`'s.
+
+use crate::judge::budget::ElementBudget;
+use crate::suite::Level;
+use bnconf_spec::exact::round::{round, FloatFormat};
+use bnconf_spec::QSqrt;
+use std::collections::BTreeMap;
+
+/// The verdict on one case.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Verdict {
+    /// Every output element within budget.
+    Pass,
+    /// Some element over budget (or NaN/inf).
+    Fail,
+    /// The kernel does not implement the case (reason).
+    Unsupported(String),
+    /// An output is missing or malformed (names the file).
+    Malformed(String),
+}
+
+impl Verdict {
+    /// Short name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::Fail => "FAIL",
+            Verdict::Unsupported(_) => "unsupported",
+            Verdict::Malformed(_) => "MALFORMED",
+        }
+    }
+}
+
+/// The worst element of one output.
+#[derive(Clone, Debug)]
+pub struct OutputResult {
+    /// Output name.
+    pub name: String,
+    /// Worst ratio `|err| / (u*(cond+mag))`.
+    pub worst_ratio: f64,
+    /// Index (in the output's layout order) of the worst element.
+    pub index: usize,
+    /// Exact value there.
+    pub expected: String,
+    /// Exact value correctly rounded to f64.
+    pub expected_f64: f64,
+    /// Computed value there.
+    pub actual: f64,
+    /// Budget there.
+    pub budget: ElementBudget,
+    /// Elements over the allowance.
+    pub n_over: usize,
+    /// Elements of the output (`n_over` of `len` are over).
+    pub len: usize,
+    /// Replicated cases: the rank whose copy this is (per-channel outputs), or the rank holding
+    /// the worst element (per-element outputs, judged over the concatenated shards).
+    pub rank: Option<usize>,
+}
+
+/// The result of one case.
+#[derive(Clone, Debug)]
+pub struct CaseResult {
+    /// Case id.
+    pub id: String,
+    /// Op name.
+    pub op: &'static str,
+    /// Layout name.
+    pub layout: &'static str,
+    /// dtype name.
+    pub dtype: &'static str,
+    /// Level.
+    pub level: Level,
+    /// Data class.
+    pub class: String,
+    /// Verdict.
+    pub verdict: Verdict,
+    /// Worst ratio over all outputs (0 when not judged).
+    pub worst_ratio: f64,
+    /// Allowance k used.
+    pub k: f64,
+    /// Per output.
+    pub outputs: Vec<OutputResult>,
+    /// The kernel's outputs, kept for a non-conforming case (diagnosis, HTML plots).
+    pub computed: Option<std::sync::Arc<BTreeMap<String, Vec<f64>>>>,
+}
+
+/// The [`OutputResult`] of an output from its ratios: the worst element (the first of the
+/// greatest ratio, a NaN ratio counting as +inf), the count over `k` (a ratio of exactly `k`
+/// is within it).
+pub(crate) fn worst_of(
+    name: &str,
+    ratios: &[f64],
+    k: f64,
+    vals: &[f64],
+    exact_at: impl Fn(usize) -> QSqrt,
+    budgets: &[ElementBudget],
+) -> OutputResult {
+    // (The ratio functions return inf, never NaN, for a non-finite value; this keeps a NaN
+    // from hiding behind a finite ratio should one ever come.)
+    let key = |r: f64| if r.is_nan() { f64::INFINITY } else { r };
+    let mut worst = 0usize;
+    for (i, &r) in ratios.iter().enumerate() {
+        if key(r) > key(ratios[worst]) {
+            worst = i;
+        }
+    }
+    let n_over = ratios.iter().filter(|&&r| key(r) > k).count();
+    let worst_exact = exact_at(worst);
+    OutputResult {
+        name: name.to_string(),
+        worst_ratio: key(ratios[worst]),
+        index: worst,
+        expected: worst_exact.to_string(),
+        expected_f64: round(&worst_exact, FloatFormat::F64).to_f64(),
+        actual: vals[worst],
+        budget: budgets[worst],
+        n_over,
+        len: vals.len(),
+        rank: None,
+    }
+}
+
+impl CaseResult {
+    /// Whether the case conforms.
+    pub fn conforms(&self) -> bool {
+        self.verdict == Verdict::Pass
+    }
+}
+
+/// Summary of a set of results.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    /// Cases judged and conforming.
+    pub passed: usize,
+    /// Cases judged and not conforming (incl. malformed).
+    pub failed: usize,
+    /// Unsupported cases.
+    pub unsupported: usize,
+    /// Worst ratio among judged cases.
+    pub worst: f64,
+}
+
+/// Summarise results.
+pub fn summarize<'a>(rs: impl IntoIterator<Item = &'a CaseResult>) -> Summary {
+    let mut s = Summary::default();
+    for r in rs {
+        match r.verdict {
+            Verdict::Pass => s.passed += 1,
+            Verdict::Fail | Verdict::Malformed(_) => s.failed += 1,
+            Verdict::Unsupported(_) => s.unsupported += 1,
+        }
+        if !matches!(r.verdict, Verdict::Unsupported(_)) {
+            s.worst = if r.worst_ratio.is_nan() {
+                f64::INFINITY
+            } else {
+                s.worst.max(r.worst_ratio)
+            };
+        }
+    }
+    s
+}
+/// Exact value of a QSqrt rounded to f64 (for display).
+pub fn approx(v: &QSqrt) -> f64 {
+    round(v, FloatFormat::F64).to_f64()
+}
