@@ -312,16 +312,17 @@ pub fn run_kernel_dir(kernel: &dyn bnconf_impl::Kernel, dir: &Path) -> Result<us
         }
         let case = kernel_case(&cd, &v, false)?;
         let shape = case.shape.clone();
-        let (c_len, m_len, _) = bnconf_impl::channel_dims(case.layout, &shape).expect("checked");
+        let layout = Layout::from_name(case.layout.name()).expect("same layout names");
+        let (c_len, m_len, _) = layout.channel_dims(&shape).expect("checked");
         let out = cd.join("out");
         std::fs::create_dir_all(&out).map_err(|e| ConfError::io(&out, e))?;
         match kernel.run(&case) {
             Ok(res) => {
                 let (c, m) = (c_len, m_len);
                 for (name, vals) in res {
-                    let sh = if bnconf_impl::is_cell_array(&name) {
+                    let sh = if bnconf_spec::tensor::is_cell_array(&name) {
                         shape.clone()
-                    } else if bnconf_impl::is_shard_array(&name) {
+                    } else if bnconf_spec::tensor::is_shard_array(&name) {
                         vec![m]
                     } else {
                         vec![c]
@@ -379,7 +380,10 @@ pub(crate) fn kernel_case(cd: &Path, v: &Value, shard: bool) -> Result<bnconf_im
             .flatten()
             .filter_map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
             .collect();
-        let (c, _, _) = bnconf_impl::channel_dims(layout, &whole).map_err(shape_err)?;
+        let (c, _, _) = Layout::from_name(layout.name())
+            .expect("same layout names")
+            .channel_dims(&whole)
+            .map_err(shape_err)?;
         if shape.len() != whole.len() || shape.get(1..) != whole.get(1..) {
             return Err(shape_err(format!(
                 "{shape:?} is not a shard of the case's shape {whole:?}"
@@ -391,7 +395,10 @@ pub(crate) fn kernel_case(cd: &Path, v: &Value, shard: bool) -> Result<bnconf_im
             .ok_or_else(|| shape_err("element count overflows".into()))?;
         (c, n / c, n)
     } else {
-        bnconf_impl::channel_dims(layout, &shape).map_err(shape_err)?
+        Layout::from_name(layout.name())
+            .expect("same layout names")
+            .channel_dims(&shape)
+            .map_err(shape_err)?
     };
     let max_elems = crate::formats::case::InputLimits::default().max_elems;
     if n_len > max_elems {
@@ -405,9 +412,9 @@ pub(crate) fn kernel_case(cd: &Path, v: &Value, shard: bool) -> Result<bnconf_im
         .ok_or_else(|| ConfError::field(format!("{}: eps", cpath.display()), "missing"))?;
     let mut inputs = BTreeMap::new();
     for name in op.inputs() {
-        let want = if bnconf_impl::is_cell_array(name) {
+        let want = if bnconf_spec::tensor::is_cell_array(name) {
             n_len
-        } else if bnconf_impl::is_shard_array(name) {
+        } else if bnconf_spec::tensor::is_shard_array(name) {
             m_len
         } else {
             c_len

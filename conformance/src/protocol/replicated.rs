@@ -178,7 +178,7 @@ pub fn run_kernel_dir(kernel: &dyn bnconf_impl::ReplicatedKernel, dir: &Path) ->
                     let c_len = case.inputs.get("gamma").or(case.inputs.get("running_mean"));
                     let c_len = c_len.map_or(0, Vec::len);
                     for (name, vals) in res {
-                        let sh = if bnconf_impl::is_cell_array(&name) {
+                        let sh = if bnconf_spec::tensor::is_cell_array(&name) {
                             case.shape.clone()
                         } else {
                             vec![c_len]
