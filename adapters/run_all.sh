@@ -18,8 +18,9 @@
 #                                            --compilers): torch_compile_bn (torch.compile, Inductor's CPU C++),
 #                                            openvino_bn (OpenVINO's CPU plugin), tinygrad_bn (tinygrad's CPU
 #                                            device, which compiles with clang), paddle_bn (PaddlePaddle's CPU
-#                                            kernels); with --heavy/--torch also those
-#        COMPILER_ADAPTERS="openvino_bn" ... --compilers   only those (default: all four)
+#                                            kernels), tvm_bn (Apache TVM's Relax batch_norm built for the CPU
+#                                            with LLVM); with --heavy/--torch also those
+#        COMPILER_ADAPTERS="openvino_bn" ... --compilers   only those (default: all five)
 #        bash adapters/run_all.sh --replicated  only the replicated suite (sync BN across real replicas,
 #                                            bnconf check --suite replicated --timeout 900): flax_bn_sync(_twopass)
 #                                            (jax.pmap, 8 CPU devices), flax_bn_dist (jax.distributed, 2 processes),
@@ -107,13 +108,14 @@ if [ "$REPLICATED" = 1 ]; then
     exit 2
   fi
 fi
-COMPILER_ADAPTERS=${COMPILER_ADAPTERS:-torch_compile_bn openvino_bn tinygrad_bn paddle_bn}
+COMPILER_ADAPTERS=${COMPILER_ADAPTERS:-torch_compile_bn openvino_bn tinygrad_bn paddle_bn tvm_bn}
 if [ "$COMPILERS" = 1 ]; then
   mods=""
   case " $COMPILER_ADAPTERS " in *" torch_compile_bn "*) mods="$mods, torch" ;; esac
   case " $COMPILER_ADAPTERS " in *" openvino_bn "*) mods="$mods, openvino" ;; esac
   case " $COMPILER_ADAPTERS " in *" tinygrad_bn "*) mods="$mods, tinygrad" ;; esac
   case " $COMPILER_ADAPTERS " in *" paddle_bn "*) mods="$mods, paddle" ;; esac
+  case " $COMPILER_ADAPTERS " in *" tvm_bn "*) mods="$mods, tvm" ;; esac
   mods=${mods#, }
   if [ -n "$mods" ] && ! "$PY" -c "import $mods" 2>/dev/null; then
     echo "run_all.sh: --compilers ($COMPILER_ADAPTERS) needs $mods in $PY (run bash adapters/setup.sh --compilers)" >&2
@@ -203,7 +205,7 @@ fi
 if [ "$COMPILERS" = 1 ]; then
   for a in $COMPILER_ADAPTERS; do
     case $a in
-      torch_compile_bn|openvino_bn|tinygrad_bn|paddle_bn) ;;
+      torch_compile_bn|openvino_bn|tinygrad_bn|paddle_bn|tvm_bn) ;;
       *) echo "run_all.sh: COMPILER_ADAPTERS: unknown adapter $a" >&2; exit 2 ;;
     esac
     for dtype in f32 f64; do

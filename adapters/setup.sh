@@ -10,7 +10,7 @@
 #                                          torch_dist_bn; run_all.sh --replicated); jax.distributed's
 #                                          CPU collectives (gloo) ship in jaxlib, torch.distributed's
 #                                          gloo backend in torch: nothing more to install
-#        bash adapters/setup.sh --compilers  also PyTorch (torch.compile), OpenVINO, tinygrad and PaddlePaddle
+#        bash adapters/setup.sh --compilers  also PyTorch (torch.compile), OpenVINO, tinygrad, PaddlePaddle and TVM
 #                                          (requirements-torch.txt + requirements-compilers.txt), same
 #                                          venv; torch.compile's Inductor needs a C++ compiler (g++) and
 #                                          tinygrad's CPU device needs clang: this step checks for both
