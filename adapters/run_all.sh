@@ -19,8 +19,10 @@
 #                                            openvino_bn (OpenVINO's CPU plugin), tinygrad_bn (tinygrad's CPU
 #                                            device, which compiles with clang), paddle_bn (PaddlePaddle's CPU
 #                                            kernels), tvm_bn (Apache TVM's Relax batch_norm built for the CPU
-#                                            with LLVM); with --heavy/--torch also those
-#        COMPILER_ADAPTERS="openvino_bn" ... --compilers   only those (default: all five)
+#                                            with LLVM), and the f32 diagnostic torch_compile_bn_dynamic
+#                                            (TORCH_COMPILE_DYNAMIC=1: Dynamo's default dynamic=None); with
+#                                            --heavy/--torch also those
+#        COMPILER_ADAPTERS="openvino_bn" ... --compilers   only those (default: all six)
 #        bash adapters/run_all.sh --replicated  only the replicated suite (sync BN across real replicas,
 #                                            bnconf check --suite replicated --timeout 900): flax_bn_sync(_twopass)
 #                                            (jax.pmap, 8 CPU devices), flax_bn_dist (jax.distributed, 2 processes),
@@ -108,10 +110,10 @@ if [ "$REPLICATED" = 1 ]; then
     exit 2
   fi
 fi
-COMPILER_ADAPTERS=${COMPILER_ADAPTERS:-torch_compile_bn openvino_bn tinygrad_bn paddle_bn tvm_bn}
+COMPILER_ADAPTERS=${COMPILER_ADAPTERS:-torch_compile_bn torch_compile_bn_dynamic openvino_bn tinygrad_bn paddle_bn tvm_bn}
 if [ "$COMPILERS" = 1 ]; then
   mods=""
-  case " $COMPILER_ADAPTERS " in *" torch_compile_bn "*) mods="$mods, torch" ;; esac
+  case " $COMPILER_ADAPTERS " in *" torch_compile_bn"*) mods="$mods, torch" ;; esac
   case " $COMPILER_ADAPTERS " in *" openvino_bn "*) mods="$mods, openvino" ;; esac
   case " $COMPILER_ADAPTERS " in *" tinygrad_bn "*) mods="$mods, tinygrad" ;; esac
   case " $COMPILER_ADAPTERS " in *" paddle_bn "*) mods="$mods, paddle" ;; esac
@@ -205,11 +207,14 @@ fi
 if [ "$COMPILERS" = 1 ]; then
   for a in $COMPILER_ADAPTERS; do
     case $a in
-      torch_compile_bn|openvino_bn|tinygrad_bn|paddle_bn|tvm_bn) ;;
+      torch_compile_bn|openvino_bn|tinygrad_bn|paddle_bn|tvm_bn) script=$a.py envs="" dtypes="f32 f64" ;;
+      # Diagnostic: torch.compile with Dynamo's default dynamic=None (symbolic sizes after the
+      # first recompile), f32 only
+      torch_compile_bn_dynamic) script=torch_compile_bn.py envs="TORCH_COMPILE_DYNAMIC=1" dtypes=f32 ;;
       *) echo "run_all.sh: COMPILER_ADAPTERS: unknown adapter $a" >&2; exit 2 ;;
     esac
-    for dtype in f32 f64; do
-      run "$a" "$a.py" $dtype ""
+    for dtype in $dtypes; do
+      run "$a" "$script" $dtype "$envs"
     done
   done
 fi
