@@ -14,6 +14,15 @@
 #                                            their diagnostics (docs/ADAPTERS.md, "StableHLO"); with
 #                                            --heavy/--torch also the cheap set and those
 #        SHLO_ENGINES=xla ... --stablehlo            only the XLA engine (default: "xla iree")
+#        bash adapters/run_all.sh --compilers  only the compilers and engines of issue 30 (bash adapters/setup.sh
+#                                            --compilers): torch_compile_bn (torch.compile, Inductor's CPU C++),
+#                                            openvino_bn (OpenVINO's CPU plugin), tinygrad_bn (tinygrad's CPU
+#                                            device, which compiles with clang), paddle_bn (PaddlePaddle's CPU
+#                                            kernels), tvm_bn (Apache TVM's Relax batch_norm built for the CPU
+#                                            with LLVM), and the f32 diagnostic torch_compile_bn_dynamic
+#                                            (TORCH_COMPILE_DYNAMIC=1: Dynamo's default dynamic=None); with
+#                                            --heavy/--torch also those
+#        COMPILER_ADAPTERS="openvino_bn" ... --compilers   only those (default: all six)
 #        bash adapters/run_all.sh --replicated  only the replicated suite (sync BN across real replicas,
 #                                            bnconf check --suite replicated --timeout 900): flax_bn_sync(_twopass)
 #                                            (jax.pmap, 8 CPU devices), flax_bn_dist (jax.distributed, 2 processes),
@@ -34,20 +43,23 @@ HEAVY=${ADAPTERS_HEAVY:-0}
 TORCH=0
 STABLEHLO=0
 REPLICATED=0
+COMPILERS=0
 for arg in "$@"; do
   case $arg in
     --heavy) HEAVY=1 ;;
     --torch) TORCH=1 ;;
     --stablehlo) STABLEHLO=1 ;;
     --replicated) REPLICATED=1 ;;
-    *) echo "usage: bash adapters/run_all.sh [--heavy] [--torch] [--stablehlo] [--replicated]" >&2; exit 2 ;;
+    --compilers) COMPILERS=1 ;;
+    *) echo "usage: bash adapters/run_all.sh [--heavy] [--torch] [--stablehlo] [--replicated] [--compilers]" >&2; exit 2 ;;
   esac
 done
 # --stablehlo alone runs only the StableHLO set (its own venv); the cheap set needs adapters/.venv
 MAIN=1
 if [ "$STABLEHLO" = 1 ] && [ "$HEAVY" = 0 ] && [ "$TORCH" = 0 ]; then MAIN=0; fi
-# --replicated alone runs only the replicated suite
+# --replicated alone runs only the replicated suite, --compilers alone only the compilers
 if [ "$REPLICATED" = 1 ] && [ "$STABLEHLO" = 0 ] && [ "$HEAVY" = 0 ] && [ "$TORCH" = 0 ]; then MAIN=0; fi
+if [ "$COMPILERS" = 1 ] && [ "$STABLEHLO" = 0 ] && [ "$HEAVY" = 0 ] && [ "$TORCH" = 0 ]; then MAIN=0; fi
 PY=${PY:-adapters/.venv/bin/python}
 SHLO_PY=${SHLO_PY:-adapters/.venv-stablehlo/bin/python}
 SHLO_ENGINES=${SHLO_ENGINES:-xla iree}
@@ -64,7 +76,7 @@ if [ "$REPLICATED" = 1 ] && ! "$BNCONF" check --help 2>/dev/null | grep -q -- '-
   exit 2
 fi
 echo "bnconf: $BNCONF"
-if [ "$MAIN" = 1 ] || [ "$REPLICATED" = 1 ]; then
+if [ "$MAIN" = 1 ] || [ "$REPLICATED" = 1 ] || [ "$COMPILERS" = 1 ]; then
   [ -x "$PY" ] || { echo "run_all.sh: no $PY (run bash adapters/setup.sh)" >&2; exit 2; }
 fi
 if [ "$STABLEHLO" = 1 ]; then
@@ -95,6 +107,20 @@ if [ "$REPLICATED" = 1 ]; then
   mods=${mods#, }
   if [ -n "$mods" ] && ! "$PY" -c "import $mods" 2>/dev/null; then
     echo "run_all.sh: --replicated ($REPL_ADAPTERS) needs $mods in $PY (run bash adapters/setup.sh --replicated)" >&2
+    exit 2
+  fi
+fi
+COMPILER_ADAPTERS=${COMPILER_ADAPTERS:-torch_compile_bn torch_compile_bn_dynamic openvino_bn tinygrad_bn paddle_bn tvm_bn}
+if [ "$COMPILERS" = 1 ]; then
+  mods=""
+  case " $COMPILER_ADAPTERS " in *" torch_compile_bn"*) mods="$mods, torch" ;; esac
+  case " $COMPILER_ADAPTERS " in *" openvino_bn "*) mods="$mods, openvino" ;; esac
+  case " $COMPILER_ADAPTERS " in *" tinygrad_bn "*) mods="$mods, tinygrad" ;; esac
+  case " $COMPILER_ADAPTERS " in *" paddle_bn "*) mods="$mods, paddle" ;; esac
+  case " $COMPILER_ADAPTERS " in *" tvm_bn "*) mods="$mods, tvm" ;; esac
+  mods=${mods#, }
+  if [ -n "$mods" ] && ! "$PY" -c "import $mods" 2>/dev/null; then
+    echo "run_all.sh: --compilers ($COMPILER_ADAPTERS) needs $mods in $PY (run bash adapters/setup.sh --compilers)" >&2
     exit 2
   fi
 fi
@@ -177,6 +203,20 @@ if [ "$STABLEHLO" = 1 ]; then
     echo "stablehlo engine $e: $((SECONDS - t0)) s"
   done
   unset RUN_PY
+fi
+if [ "$COMPILERS" = 1 ]; then
+  for a in $COMPILER_ADAPTERS; do
+    case $a in
+      torch_compile_bn|openvino_bn|tinygrad_bn|paddle_bn|tvm_bn) script=$a.py envs="" dtypes="f32 f64" ;;
+      # Diagnostic: torch.compile with Dynamo's default dynamic=None (symbolic sizes after the
+      # first recompile), f32 only
+      torch_compile_bn_dynamic) script=torch_compile_bn.py envs="TORCH_COMPILE_DYNAMIC=1" dtypes=f32 ;;
+      *) echo "run_all.sh: COMPILER_ADAPTERS: unknown adapter $a" >&2; exit 2 ;;
+    esac
+    for dtype in $dtypes; do
+      run "$a" "$script" $dtype "$envs"
+    done
+  done
 fi
 if [ "$REPLICATED" = 1 ]; then
   SUITE=replicated

@@ -10,6 +10,11 @@
 #                                          torch_dist_bn; run_all.sh --replicated); jax.distributed's
 #                                          CPU collectives (gloo) ship in jaxlib, torch.distributed's
 #                                          gloo backend in torch: nothing more to install
+#        bash adapters/setup.sh --compilers  also PyTorch (torch.compile), OpenVINO, tinygrad, PaddlePaddle and TVM
+#                                          (requirements-torch.txt + requirements-compilers.txt), same
+#                                          venv; torch.compile's Inductor needs a C++ compiler (g++) and
+#                                          tinygrad's CPU device needs clang: this step checks for both
+#                                          and says what to install (Debian: apt-get install g++ clang)
 #        bash adapters/setup.sh --stablehlo  only the StableHLO adapter's own venv
 #                                          adapters/.venv-stablehlo (adapters/stablehlo/requirements.txt:
 #                                          jax/jaxlib for XLA:CPU, iree-base-compiler/-runtime);
@@ -19,13 +24,15 @@ cd "$(dirname "$0")/.."
 reqs=(-r adapters/requirements.txt)
 main_venv=1
 stablehlo=0
+compilers=0
 for arg in "$@"; do
   case $arg in
     --heavy) reqs+=(-r adapters/requirements-heavy.txt); main_venv=2 ;;
     --torch) reqs+=(-r adapters/requirements-torch.txt); main_venv=2 ;;
     --replicated) reqs+=(-r adapters/requirements-heavy.txt -r adapters/requirements-torch.txt); main_venv=2 ;;
+    --compilers) reqs+=(-r adapters/requirements-torch.txt -r adapters/requirements-compilers.txt); main_venv=2; compilers=1 ;;
     --stablehlo) stablehlo=1 ;;
-    *) echo "usage: bash adapters/setup.sh [--heavy] [--torch] [--replicated] [--stablehlo]" >&2; exit 2 ;;
+    *) echo "usage: bash adapters/setup.sh [--heavy] [--torch] [--replicated] [--compilers] [--stablehlo]" >&2; exit 2 ;;
   esac
 done
 if [ "$stablehlo" = 1 ]; then
@@ -37,3 +44,8 @@ fi
 python3 -m venv adapters/.venv
 adapters/.venv/bin/pip install --quiet --upgrade pip
 adapters/.venv/bin/pip install "${reqs[@]}"
+if [ "$compilers" = 1 ]; then
+  for cc in g++ clang; do
+    command -v "$cc" >/dev/null || echo "setup.sh: --compilers: no $cc on PATH (torch.compile needs g++, tinygrad's CPU device clang; Debian: apt-get install $cc)" >&2
+  done
+fi

@@ -75,16 +75,62 @@ def vec(a):
     return torch.from_numpy(np.ascontiguousarray(a)).to(DEVICE)
 
 
-def run_case(case, inp):
+# The ops as functions of tensors: everything PyTorch computes for a case, from the case's
+# tensors (already in PyTorch's [N, C, ...] view) to the tensors written back.  torch_bn runs
+# them as they are (eager); torch_compile_bn.py runs the same functions through torch.compile.
+def op_forward(xt, g, b, eps, dims):
+    c = xt.shape[1]
+    rm = torch.zeros(c, dtype=xt.dtype, device=xt.device)
+    rv = torch.ones(c, dtype=xt.dtype, device=xt.device)
+    y = F.batch_norm(xt, rm, rv, g, b, training=True, momentum=1.0, eps=eps)
+    _, save_mean, _ = torch.native_batch_norm(xt, g, b, None, None, True, 1.0, eps)
+    var, _ = torch.var_mean(xt, dim=dims, correction=0)
+    return y, save_mean, var
+
+
+def op_train_y(xg, g, b, eps):
+    """Training-mode y of leaf tensors; backward is autograd of this (`y.backward(dy)`)."""
+    return F.batch_norm(xg, None, None, g, b, training=True, momentum=0.0, eps=eps)
+
+
+def op_eval(xt, mean, var, g, b, eps):
+    return F.batch_norm(xt, mean, var, g, b, training=False, eps=eps)
+
+
+def op_sync_forward(xt, mean, m2, g, b, eps):
+    return F.batch_norm(xt, mean, m2 - mean * mean, g, b, training=False, eps=eps)
+
+
+def op_running_update(xt, rm, rv, a):
+    """Updates rm, rv in place (PyTorch's running statistics)."""
+    F.batch_norm(xt, rm, rv, None, None, training=True, momentum=a, eps=1e-5)
+
+
+def op_running_update_native(xt, rm, rv, a):
+    torch.native_batch_norm(xt, None, None, rm, rv, True, a, 1e-5)
+
+
+EAGER = {
+    "forward": op_forward,
+    "train_y": op_train_y,
+    "eval": op_eval,
+    "sync_forward": op_sync_forward,
+    "running_update": op_running_update,
+    "running_update_native": op_running_update_native,
+}
+
+
+def run_case(case, inp, fns=EAGER, name=NAME):
+    """One case through `fns` (EAGER, or the same functions compiled)."""
     op, layout = case["op"], case["layout"]
     if op in ("sync_backward", "sync_stats"):
         raise Unsupported(
-            f"{NAME}: SyncBatchNorm's kernels (batch_norm_backward_elemt/_reduce, "
+            f"{name}: SyncBatchNorm's kernels (batch_norm_backward_elemt/_reduce, "
             "batch_norm_gather_stats_with_counts) have no CPU implementation and take "
             "invstd/sums, not FORMAT.md's handed-in statistics"
         )
     if op not in ("forward", "backward", "eval", "sync_forward", "running_update"):
-        raise Unsupported(f"{NAME}: op {op} not implemented")
+        raise Unsupported(f"{name}: op {op} not implemented")
     eps = float(case["eps"])
     x = inp["x"]
     shape = x.shape
@@ -92,21 +138,15 @@ def run_case(case, inp):
     dims = [d for d in range(xt.dim()) if d != 1]
 
     if op == "forward":
-        c = xt.shape[1]
-        rm = torch.zeros(c, dtype=xt.dtype, device=DEVICE)
-        rv = torch.ones(c, dtype=xt.dtype, device=DEVICE)
-        g, b = vec(inp["gamma"]), vec(inp["beta"])
-        y = F.batch_norm(xt, rm, rv, g, b, training=True, momentum=1.0, eps=eps)
-        _, save_mean, _ = torch.native_batch_norm(xt, g, b, None, None, True, 1.0, eps)
-        var, _ = torch.var_mean(xt, dim=dims, correction=0)
-        return {"y": from_nc(y, layout, shape), "mean": save_mean.cpu().numpy(), "var": var.cpu().numpy()}
+        y, save_mean, var = fns["forward"](xt, vec(inp["gamma"]), vec(inp["beta"]), eps, dims)
+        return {"y": from_nc(y, layout, shape), "mean": save_mean.detach().cpu().numpy(), "var": var.detach().cpu().numpy()}
 
     if op == "backward":
         c = xt.shape[1]
         xg = xt.detach().clone().requires_grad_(True)
         g = vec(inp["gamma"]).clone().requires_grad_(True)
         b = torch.zeros(c, dtype=xt.dtype, device=DEVICE, requires_grad=True)
-        y = F.batch_norm(xg, None, None, g, b, training=True, momentum=0.0, eps=eps)
+        y = fns["train_y"](xg, g, b, eps)
         y.backward(to_nc(inp["dy"], layout))
         return {
             "dx": from_nc(xg.grad, layout, shape),
@@ -114,33 +154,31 @@ def run_case(case, inp):
             "dbeta": b.grad.cpu().numpy(),
         }
 
-    if op in ("eval", "sync_forward"):
-        mean = vec(inp["mean"])
-        var = vec(inp["var"]) if op == "eval" else vec(inp["m2"]) - mean * mean
-        y = F.batch_norm(xt, mean, var, vec(inp["gamma"]), vec(inp["beta"]), training=False, eps=eps)
+    if op == "eval":
+        y = fns["eval"](xt, vec(inp["mean"]), vec(inp["var"]), vec(inp["gamma"]), vec(inp["beta"]), eps)
+        return {"y": from_nc(y, layout, shape)}
+    if op == "sync_forward":
+        y = fns["sync_forward"](xt, vec(inp["mean"]), vec(inp["m2"]), vec(inp["gamma"]), vec(inp["beta"]), eps)
         return {"y": from_nc(y, layout, shape)}
 
     # running_update
     if case["convention"] != "pytorch":
-        raise Unsupported(f"{NAME}: PyTorch implements only the pytorch convention, not {case['convention']}")
+        raise Unsupported(f"{name}: PyTorch implements only the pytorch convention, not {case['convention']}")
     a = float(case["momentum"])
     rm, rv = vec(inp["running_mean"]).clone(), vec(inp["running_var"]).clone()
-    if NATIVE:
-        torch.native_batch_norm(xt, None, None, rm, rv, True, a, 1e-5)
-    else:
-        F.batch_norm(xt, rm, rv, None, None, training=True, momentum=a, eps=1e-5)
+    fns["running_update_native" if NATIVE else "running_update"](xt, rm, rv, a)
     return {"new_mean": rm.cpu().numpy(), "new_var": rv.cpu().numpy()}
 
 
-def run_case_checked(case, inp):
+def run_case_checked(case, inp, fns=EAGER, name=NAME):
     """`run_case`, with PyTorch's refusal of one value per channel in training mode
     (`F.batch_norm`'s ValueError, forward/backward/running_update at m = 1) reported as
     unsupported, with PyTorch's message: the framework declines the case."""
     try:
-        return run_case(case, inp)
+        return run_case(case, inp, fns, name)
     except ValueError as e:
         if "Expected more than 1 value per channel" in str(e):
-            raise Unsupported(f"{NAME}: F.batch_norm refuses this case: {e}")
+            raise Unsupported(f"{name}: F.batch_norm refuses this case: {e}")
         raise
 
 
