@@ -131,26 +131,6 @@ fn promote(d: NpyData) -> NpyData {
 }
 
 impl FastProblem {
-    /// The problem of a generated case (inputs are f64 values of the case's dtypes).
-    pub fn of_suite_case(c: &crate::suite::SuiteCase) -> Result<FastProblem> {
-        let geom = Geometry::new(c.layout, &c.shape, usize::MAX)?;
-        let eps = bnconf_spec::exact::parse::parse_rational(&c.eps)
-            .map_err(|e| ConfError::field("eps", e.to_string()))?;
-        let mut cells = BTreeMap::new();
-        let mut chan = BTreeMap::new();
-        for (name, v) in &c.inputs {
-            match Op::extent(name) {
-                Extent::Cells => {
-                    cells.insert(name.clone(), NpyData::F64(v.clone()));
-                }
-                _ => {
-                    chan.insert(name.clone(), v.clone());
-                }
-            }
-        }
-        FastProblem::new(c.op, geom, eps, cells, chan)
-    }
-
     /// Assemble a problem; checks names and lengths. Mixed f32/f64 cell inputs are stored as f64.
     pub fn new(
         op: Op,
@@ -1588,7 +1568,7 @@ mod tests {
         let extremes = [0.0, -0.0, 5e-324, -2.5e-310, 1e300, -3.0e-7, 1.5, 7.0e15];
         let (mut cases, mut cells) = (0, 0);
         for c in s.cases.iter().filter(|c| covers(c.op)) {
-            let Ok(fp) = FastProblem::of_suite_case(c) else {
+            let Ok(fp) = c.fast_problem() else {
                 continue;
             };
             let Ok(fc) = cells::FastCells::new(&fp) else {

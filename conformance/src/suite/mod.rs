@@ -13,10 +13,13 @@ pub mod replicated;
 pub mod scale;
 pub mod vectors;
 
+use crate::error::{ConfError, Result};
+use crate::fast::FastProblem;
 use crate::formats::case::{Case, Dtype};
+use crate::formats::npy::NpyData;
 use bnconf_spec::exact::round::{f64_to_rational, FloatFormat};
 use bnconf_spec::exact::QSqrt;
-use bnconf_spec::op::{Convention, Params};
+use bnconf_spec::op::{Convention, Extent, Params};
 use bnconf_spec::{Geometry, Layout, Op, Problem, Rational};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -228,6 +231,28 @@ impl SuiteCase {
         }
     }
 
+    /// The problem of this case for the fast path ([`crate::fast`]): its inputs are f64
+    /// values of the case's dtypes.
+    pub fn fast_problem(&self) -> Result<FastProblem> {
+        let c = self;
+        let geom = Geometry::new(c.layout, &c.shape, usize::MAX)?;
+        let eps = bnconf_spec::exact::parse::parse_rational(&c.eps)
+            .map_err(|e| ConfError::field("eps", e.to_string()))?;
+        let mut cells = BTreeMap::new();
+        let mut chan = BTreeMap::new();
+        for (name, v) in &c.inputs {
+            match Op::extent(name) {
+                Extent::Cells => {
+                    cells.insert(name.clone(), NpyData::F64(v.clone()));
+                }
+                _ => {
+                    chan.insert(name.clone(), v.clone());
+                }
+            }
+        }
+        FastProblem::new(c.op, geom, eps, cells, chan)
+    }
+
     /// `case.json` of the kernel directory protocol (FORMAT.md).
     pub fn protocol_json(&self) -> Value {
         let eps_num: serde_json::Number =
@@ -271,6 +296,27 @@ impl SuiteCase {
         }
         v
     }
+}
+
+/// A precision name: bnconf's (`f32`, `f64`, `f16`, `bf16`, `f16+f32`, `bf16+f32`) or
+/// numpy's (`float32`, `float64`, `float16`, `bfloat16`, `float16+float32`, ...).
+pub fn parse_precision(name: &str) -> Result<Precision> {
+    let canonical: Vec<&str> = name
+        .split('+')
+        .map(|part| match part.trim() {
+            "float64" | "double" => "f64",
+            "float32" | "float" => "f32",
+            "float16" | "half" => "f16",
+            "bfloat16" => "bf16",
+            other => other,
+        })
+        .collect();
+    Precision::from_name(&canonical.join("+")).ok_or_else(|| {
+        ConfError::field(
+            "dtype",
+            format!("unknown name {name:?} (see docs/FORMAT.md)"),
+        )
+    })
 }
 
 /// SplitMix64: a tiny, fixed, portable generator.
@@ -1098,6 +1144,7 @@ fn exact_mean_m2(cells: &[f64]) -> (QSqrt, QSqrt) {
     (&s1 / &n, &s2 / &n)
 }
 
+use crate::fast::acc::exact_dot;
 use crate::fast::exact_f64 as q;
 
 fn round_q(v: &QSqrt, f: FloatFormat) -> f64 {
@@ -1183,17 +1230,6 @@ fn dyadic_ints(xs: &[f64]) -> (Vec<num_bigint::BigInt>, i64) {
         .map(|&(mant, exp)| BigInt::from(mant) << (exp - e_min) as usize)
         .collect();
     (ints, e_min)
-}
-
-/// `Σ a_i·b_i` exactly (`b = None`: `Σ a_i`) in the fast path's superaccumulator: one
-/// rational at the end, no gcd per element.
-pub(crate) fn exact_dot(a: &[f64], b: Option<&[f64]>) -> Rational {
-    let mut acc = crate::fast::acc::SuperAcc::new();
-    match b {
-        None => a.iter().for_each(|&x| acc.add(x)),
-        Some(b) => a.iter().zip(b).for_each(|(&x, &y)| acc.add_product(x, y)),
-    }
-    acc.to_rational()
 }
 
 /// [`ill_posed`] for `forward` and `backward` (q from the batch's own statistics), in
