@@ -1,9 +1,11 @@
 //! `bnconf` — the command-line interface. Exit codes (FORMAT.md): 0 conforming / success,
 //! 1 a case does not conform, 2 the harness could not run (bad arguments or input).
 
+mod bench;
+mod golden;
+
 use bnconf::error::ConfError;
-use bnconf::formats::case::{read_case_file, InputLimits};
-use bnconf::formats::golden;
+use bnconf::formats::case::InputLimits;
 use bnconf::judge::check::{self, summarize};
 use bnconf::{protocol, report, suite};
 use bnconf_spec::exact::round::FloatFormat;
@@ -75,10 +77,10 @@ enum Cmd {
         #[command(flatten)]
         limits: LimitArgs,
         #[command(flatten)]
-        fast: bnconf::fast::FastArgs,
+        fast: golden::FastArgs,
     },
     /// Time the fast exact reference against an f64 kernel and the naive exact path.
-    Bench(bnconf::fast::bench::BenchArgs),
+    Bench(bench::BenchArgs),
     /// Write a suite into DIR for an outside kernel (the kernel directory protocol).
     Export {
         #[command(flatten)]
@@ -294,21 +296,11 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
             if let Some(dir) = &out_dir {
                 // All or nothing: a failure leaves no file in DIR (staged, then moved).
                 bnconf::formats::atomic::write_dir_atomic(dir, |stage| {
-                    if bnconf::fast::golden_cli(&case, &limits.limits(), stage, &fast)? {
-                        return Ok(());
-                    }
-                    let g = golden::compute(read_case_file(&case, &limits.limits())?)?;
-                    golden::write_out_dir(&g, stage)
+                    bnconf::fast::golden_to_dir(&case, &limits.limits(), stage, &fast.options())
                 })?;
                 return Ok(ExitCode::SUCCESS);
             }
-            let doc = match bnconf::fast::golden_json_fast(&case, &limits.limits(), &fmts, &fast)? {
-                Some(doc) => doc,
-                None => {
-                    let c = read_case_file(&case, &limits.limits())?;
-                    golden::golden_json(&golden::compute(c)?, &fmts)
-                }
-            };
+            let doc = bnconf::fast::golden_doc(&case, &limits.limits(), &fmts, &fast.options())?;
             let text = serde_json::to_string_pretty(&doc).expect("serializable") + "\n";
             match output {
                 Some(p) => bnconf::formats::atomic::write_bytes(&p, text.as_bytes())?,
@@ -326,7 +318,7 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Bench(a) => {
-            bnconf::fast::bench::cli(&a)?;
+            bench::cli(&a)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Export {

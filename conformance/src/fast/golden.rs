@@ -5,62 +5,17 @@ use super::eval::*;
 use super::npy_case::*;
 use super::problem::*;
 use super::round::*;
-use crate::error::{ConfError, Result};
+use crate::error::Result;
 use crate::formats::case::{CaseHeader, InputLimits};
-use crate::formats::npy::{write_npy, NpyData};
 use crate::par::*;
-use bnconf_spec::exact::fmt_rational;
 use bnconf_spec::exact::round::{round, FloatFormat};
-use bnconf_spec::op::Extent;
-use bnconf_spec::Op;
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 use std::path::Path;
 
-/// The case object of an `--out-dir` golden.json (as [`crate::formats::golden::write_out_dir`] writes
-/// it: inputs replaced by their names).
-pub fn case_header_json(h: &CaseHeader) -> Value {
-    let mut o = Map::new();
-    o.insert("format".into(), json!("bnconf-case/1"));
-    o.insert("id".into(), json!(h.id));
-    o.insert("op".into(), json!(h.op.name()));
-    o.insert("layout".into(), json!(h.geom.layout.name()));
-    o.insert("shape".into(), json!(h.geom.shape));
-    o.insert("dtype".into(), json!(h.dtype.name()));
-    o.insert("eps".into(), json!(h.eps_text));
-    o.insert("eps_exact".into(), json!(fmt_rational(&h.eps)));
-    for (k, v) in &h.extra {
-        o.insert(k.clone(), v.clone());
-    }
-    o.insert("inputs".into(), json!(h.op.inputs()));
-    Value::Object(o)
-}
-
-/// Write `DIR/<output>.f64.npy`, `DIR/<output>.f32.npy` and `DIR/golden.json`, exactly as
-/// [`crate::formats::golden::write_out_dir`] does, from fast outputs.
+/// Write `DIR/<output>.f64.npy`, `DIR/<output>.f32.npy` and `DIR/golden.json` from fast
+/// outputs, through the exact path's writer ([`crate::formats::golden::write_out_dir_of`]).
 pub fn write_out_dir(h: &CaseHeader, out: FastOutputs, dir: &Path) -> Result<FastStats> {
-    std::fs::create_dir_all(dir).map_err(|e| ConfError::io(dir, e))?;
-    let mut outs = Map::new();
-    for (name, f64s, f32s) in out.outputs {
-        let shape = match Op::extent(name) {
-            Extent::Cells => h.geom.shape.clone(),
-            Extent::Channel | Extent::Shards => vec![h.geom.c],
-        };
-        let (p64, p32) = (format!("{name}.f64.npy"), format!("{name}.f32.npy"));
-        // The two files of an output are written concurrently (each atomically).
-        let (r64, r32) = crate::par::join(
-            || write_npy(&dir.join(&p64), &shape, &NpyData::F64(f64s)),
-            || write_npy(&dir.join(&p32), &shape, &NpyData::F32(f32s)),
-        );
-        r64?;
-        r32?;
-        outs.insert(
-            name.to_string(),
-            json!({"shape": shape, "f64": p64, "f32": p32}),
-        );
-    }
-    let doc = json!({"format": "bnconf-golden/1", "case": case_header_json(h), "outputs": Value::Object(outs), "provenance": crate::formats::golden::provenance()});
-    let text = serde_json::to_string_pretty(&doc).expect("serializable");
-    crate::formats::atomic::write_bytes(&dir.join("golden.json"), format!("{text}\n").as_bytes())?;
+    crate::formats::golden::write_out_dir_of(h, out.outputs, dir)?;
     Ok(out.stats)
 }
 
@@ -96,12 +51,12 @@ pub fn golden_json_fast(
     path: &Path,
     lim: &InputLimits,
     formats: &[FloatFormat],
-    args: &FastArgs,
+    opts: &FastOptions,
 ) -> Result<Option<Value>> {
-    if args.exact_path {
+    if opts.exact_path {
         return Ok(None);
     }
-    with_threads(args.threads, || -> Result<Option<Value>> {
+    with_threads(opts.threads, || -> Result<Option<Value>> {
         let Some((_, fp)) = read_fast_case(path, lim)? else {
             return Ok(None);
         };
@@ -163,27 +118,41 @@ pub fn golden_json_of(
     Some(doc)
 }
 
-/// CLI options of the fast path (`bnconf golden ... --out-dir DIR`).
+/// Options of the fast path (`bnconf golden`'s `--exact-path` and `--threads`).
 #[derive(Clone, Debug, Default)]
-#[cfg_attr(feature = "cli", derive(clap::Args))]
-pub struct FastArgs {
+pub struct FastOptions {
     /// Use the per-element exact path even where the fast path applies (slow; for checking).
-    #[cfg_attr(feature = "cli", arg(long))]
     pub exact_path: bool,
     /// Worker threads (default: RAYON_NUM_THREADS or the number of cores). Results do not
     /// depend on it.
-    #[cfg_attr(feature = "cli", arg(long))]
     pub threads: Option<usize>,
 }
 
-pub use crate::par::with_threads;
-
-/// The `--out-dir` fast path of `bnconf golden`: `Ok(true)` when done, `Ok(false)` when the
-/// caller must take the exact path (disabled, or the case is not one of binary floats).
-pub fn golden_cli(case: &Path, lim: &InputLimits, dir: &Path, args: &FastArgs) -> Result<bool> {
-    if args.exact_path {
-        return Ok(false);
+/// `bnconf golden CASE --out-dir DIR`: the fast path where it applies (binary-float inputs,
+/// an op it covers, not disabled), the exact path otherwise; the same files either way.
+pub fn golden_to_dir(case: &Path, lim: &InputLimits, dir: &Path, opts: &FastOptions) -> Result<()> {
+    if !opts.exact_path
+        && with_threads(opts.threads, || golden_out_dir(case, lim, dir, true))??.is_some()
+    {
+        return Ok(());
     }
-    let done = with_threads(args.threads, || golden_out_dir(case, lim, dir, true))??;
-    Ok(done.is_some())
+    let g = crate::formats::golden::compute(crate::formats::case::read_case_file(case, lim)?)?;
+    crate::formats::golden::write_out_dir(&g, dir)
+}
+
+/// The golden document of `bnconf golden CASE` (to stdout or `-o`): the fast path where it
+/// applies ([`golden_json_fast`]), the exact path otherwise; the same bytes either way.
+pub fn golden_doc(
+    case: &Path,
+    lim: &InputLimits,
+    formats: &[FloatFormat],
+    opts: &FastOptions,
+) -> Result<Value> {
+    Ok(match golden_json_fast(case, lim, formats, opts)? {
+        Some(doc) => doc,
+        None => {
+            let c = crate::formats::case::read_case_file(case, lim)?;
+            crate::formats::golden::golden_json(&crate::formats::golden::compute(c)?, formats)
+        }
+    })
 }

@@ -34,7 +34,6 @@
 //! [`acc`], [`dd`] and [`cells`] their arithmetic and per-element access.
 
 pub mod acc;
-pub mod bench;
 pub mod cells;
 pub mod consts;
 pub mod dd;
