@@ -5,16 +5,17 @@
 //! own file (`run.rs`, `check.rs`, `export.rs`, ...).
 
 use bnconf::error::ConfError;
-use bnconf::formats::case::{read_case_file, InputLimits};
-use bnconf::formats::golden;
+use bnconf::formats::case::InputLimits;
 use bnconf::{protocol, report, suite};
 use bnconf_spec::exact::round::FloatFormat;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod bench;
 mod check;
 mod export;
+mod golden;
 mod kernel;
 mod onnx;
 mod run;
@@ -86,10 +87,10 @@ enum Cmd {
         #[command(flatten)]
         limits: LimitArgs,
         #[command(flatten)]
-        fast: bnconf::fast::FastArgs,
+        fast: golden::FastArgs,
     },
     /// Time the fast exact reference against an f64 kernel and the naive exact path.
-    Bench(bnconf::fast::bench::BenchArgs),
+    Bench(bench::BenchArgs),
     /// Write a suite into DIR for an outside kernel (the kernel directory protocol).
     Export {
         #[command(flatten)]
@@ -305,21 +306,11 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
             if let Some(dir) = &out_dir {
                 // All or nothing: a failure leaves no file in DIR (staged, then moved).
                 bnconf::formats::atomic::write_dir_atomic(dir, |stage| {
-                    if bnconf::fast::golden_cli(&case, &limits.limits(), stage, &fast)? {
-                        return Ok(());
-                    }
-                    let g = golden::compute(read_case_file(&case, &limits.limits())?)?;
-                    golden::write_out_dir(&g, stage)
+                    bnconf::fast::golden_to_dir(&case, &limits.limits(), stage, &fast.options())
                 })?;
                 return Ok(ExitCode::SUCCESS);
             }
-            let doc = match bnconf::fast::golden_json_fast(&case, &limits.limits(), &fmts, &fast)? {
-                Some(doc) => doc,
-                None => {
-                    let c = read_case_file(&case, &limits.limits())?;
-                    golden::golden_json(&golden::compute(c)?, &fmts)
-                }
-            };
+            let doc = bnconf::fast::golden_doc(&case, &limits.limits(), &fmts, &fast.options())?;
             let text = serde_json::to_string_pretty(&doc).expect("serializable") + "\n";
             match output {
                 Some(p) => bnconf::formats::atomic::write_bytes(&p, text.as_bytes())?,
@@ -337,7 +328,7 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Bench(a) => {
-            bnconf::fast::bench::cli(&a)?;
+            bench::cli(&a)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Export {

@@ -266,6 +266,17 @@ impl F32Buckets {
     }
 }
 
+/// `Σ a_i·b_i` exactly (`b = None`: `Σ a_i`) in a [`SuperAcc`]: one
+/// rational at the end, no gcd per element.
+pub fn exact_dot(a: &[f64], b: Option<&[f64]>) -> Rational {
+    let mut acc = SuperAcc::new();
+    match b {
+        None => a.iter().for_each(|&x| acc.add(x)),
+        Some(b) => a.iter().zip(b).for_each(|(&x, &y)| acc.add_product(x, y)),
+    }
+    acc.to_rational()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,9 @@
 //! ([`FastCells::exact`]). Nothing is stored per element but the inputs, so a case of
 //! millions of cells costs a few bytes per cell instead of a big number each.
 
-use super::{channel_consts, channel_sums, Chan, FastProblem, Sums};
+use super::consts::{channel_consts, Chan};
+use super::sums::{channel_sums, Sums};
+use super::FastProblem;
 use crate::error::Result;
 use crate::formats::npy::NpyData;
 use crate::par::*;

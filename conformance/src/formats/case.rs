@@ -105,6 +105,57 @@ pub struct Case {
     pub extra: serde_json::Map<String, Value>,
 }
 
+impl Case {
+    /// The case's header: every field but the input values.
+    pub fn header(&self) -> CaseHeader {
+        let p = &self.problem;
+        CaseHeader {
+            id: self.id.clone(),
+            op: p.op,
+            geom: p.geom.clone(),
+            dtype: self.dtype,
+            param_dtype: self.param_dtype,
+            eps_text: self.eps_text.clone(),
+            eps: p.eps.clone(),
+            params: p.params.clone(),
+            momentum_text: self.momentum_text.clone(),
+            extra: self.extra.clone(),
+        }
+    }
+}
+
+/// The `bnconf-case/1` object of a case (FORMAT.md), in its field order: the header's fields
+/// (`param_dtype` where it differs from `dtype`; `momentum`, `momentum_exact` and `convention`
+/// for `running_update`; the extra fields verbatim), then `inputs` as given (the values, or
+/// their names in an `--out-dir` golden.json).
+pub fn case_object_json(h: &CaseHeader, inputs: Value) -> Value {
+    use bnconf_spec::exact::fmt_rational;
+    use serde_json::json;
+    let mut o = serde_json::Map::new();
+    o.insert("format".into(), json!("bnconf-case/1"));
+    o.insert("id".into(), json!(h.id));
+    o.insert("op".into(), json!(h.op.name()));
+    o.insert("layout".into(), json!(h.geom.layout.name()));
+    o.insert("shape".into(), json!(h.geom.shape));
+    o.insert("dtype".into(), json!(h.dtype.name()));
+    if h.param_dtype != h.dtype {
+        o.insert("param_dtype".into(), json!(h.param_dtype.name()));
+    }
+    o.insert("eps".into(), json!(h.eps_text));
+    o.insert("eps_exact".into(), json!(fmt_rational(&h.eps)));
+    if let (Some(a), Some(conv)) = (&h.params.momentum, h.params.convention) {
+        let text = h.momentum_text.clone().unwrap_or_else(|| fmt_rational(a));
+        o.insert("momentum".into(), json!(text));
+        o.insert("momentum_exact".into(), json!(fmt_rational(a)));
+        o.insert("convention".into(), json!(conv.name()));
+    }
+    for (k, v) in &h.extra {
+        o.insert(k.clone(), v.clone());
+    }
+    o.insert("inputs".into(), inputs);
+    Value::Object(o)
+}
+
 /// Read a case file.
 pub fn read_case_file(path: &Path, lim: &InputLimits) -> Result<Case> {
     let v = read_case_json(path, lim)?;

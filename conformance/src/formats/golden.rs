@@ -3,7 +3,7 @@
 //! of a float computation.
 
 use crate::error::Result;
-use crate::formats::case::{Case, Dtype};
+use crate::formats::case::{Case, CaseHeader, Dtype};
 use crate::formats::npy::{write_npy, NpyData};
 use crate::par::*;
 use bnconf_spec::exact::round::{round, FloatFormat};
@@ -61,38 +61,7 @@ pub fn case_json(case: &Case) -> Value {
             .collect();
         inputs.insert(name.to_string(), Value::Array(vals));
     }
-    let mut o = Map::new();
-    o.insert("format".into(), json!("bnconf-case/1"));
-    o.insert("id".into(), json!(case.id));
-    o.insert("op".into(), json!(p.op.name()));
-    o.insert("layout".into(), json!(p.geom.layout.name()));
-    o.insert("shape".into(), json!(p.geom.shape));
-    o.insert("dtype".into(), json!(case.dtype.name()));
-    if case.param_dtype != case.dtype {
-        o.insert("param_dtype".into(), json!(case.param_dtype.name()));
-    }
-    o.insert("eps".into(), json!(case.eps_text));
-    o.insert(
-        "eps_exact".into(),
-        json!(bnconf_spec::exact::fmt_rational(&p.eps)),
-    );
-    if let (Some(a), Some(conv)) = (&p.params.momentum, p.params.convention) {
-        let text = case
-            .momentum_text
-            .clone()
-            .unwrap_or_else(|| bnconf_spec::exact::fmt_rational(a));
-        o.insert("momentum".into(), json!(text));
-        o.insert(
-            "momentum_exact".into(),
-            json!(bnconf_spec::exact::fmt_rational(a)),
-        );
-        o.insert("convention".into(), json!(conv.name()));
-    }
-    for (k, v) in &case.extra {
-        o.insert(k.clone(), v.clone());
-    }
-    o.insert("inputs".into(), Value::Object(inputs));
-    Value::Object(o)
+    crate::formats::case::case_object_json(&case.header(), Value::Object(inputs))
 }
 
 /// Correctly rounded hex strings of a vector, in parallel (deterministic order).
@@ -118,7 +87,7 @@ pub fn golden_json(g: &Golden, formats: &[FloatFormat]) -> Value {
 
 /// The golden document of `case` from its outputs' strings: `strings(name, None)` the exact
 /// values, `strings(name, Some(f))` the hex strings of their correct roundings to `f` (so the
-/// fast path, [`crate::fast::golden_json_fast`], writes the same bytes as [`golden_json`]).
+/// fast path, `fast::golden_json_fast`, writes the same bytes as [`golden_json`]).
 pub fn golden_json_with(
     case: &Case,
     formats: &[FloatFormat],
@@ -140,11 +109,8 @@ pub fn golden_json_with(
 /// `--out-dir` mode: `DIR/<output>.f64.npy`, `DIR/<output>.f32.npy` and `DIR/golden.json`
 /// (without per-element arrays; it names the npy files). Every file is written atomically.
 pub fn write_out_dir(g: &Golden, dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir).map_err(|e| crate::error::ConfError::io(dir, e))?;
-    let mut outs = Map::new();
-    for &name in g.case.problem.op.outputs() {
+    let outputs = g.case.problem.op.outputs().iter().map(|&name| {
         let vals = &g.outputs[name];
-        let shape = tensor_shape(&g.case, name);
         let f64s: Vec<f64> = vals
             .par_iter()
             .map(|v| round(v, FloatFormat::F64).to_f64())
@@ -153,16 +119,41 @@ pub fn write_out_dir(g: &Golden, dir: &Path) -> Result<()> {
             .par_iter()
             .map(|v| round(v, FloatFormat::F32).to_f64() as f32)
             .collect();
+        (name, f64s, f32s)
+    });
+    write_out_dir_of(&g.case.header(), outputs, dir)
+}
+
+/// The `--out-dir` writer of both paths ([`write_out_dir`] exact, [`crate::fast::write_out_dir`]
+/// fast): per output in the op's order its correctly rounded f64 and f32 values, written as
+/// `DIR/<output>.f64.npy` and `DIR/<output>.f32.npy` (the two concurrently, each atomically),
+/// then `DIR/golden.json` naming them (the case object with its inputs' names).
+pub fn write_out_dir_of(
+    h: &CaseHeader,
+    outputs: impl IntoIterator<Item = (&'static str, Vec<f64>, Vec<f32>)>,
+    dir: &Path,
+) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| crate::error::ConfError::io(dir, e))?;
+    let mut outs = Map::new();
+    for (name, f64s, f32s) in outputs {
+        let shape = match Op::extent(name) {
+            Extent::Cells => h.geom.shape.clone(),
+            Extent::Channel => vec![h.geom.c],
+            Extent::Shards => vec![h.geom.m],
+        };
         let (p64, p32) = (format!("{name}.f64.npy"), format!("{name}.f32.npy"));
-        write_npy(&dir.join(&p64), &shape, &NpyData::F64(f64s))?;
-        write_npy(&dir.join(&p32), &shape, &NpyData::F32(f32s))?;
+        let (r64, r32) = crate::par::join(
+            || write_npy(&dir.join(&p64), &shape, &NpyData::F64(f64s)),
+            || write_npy(&dir.join(&p32), &shape, &NpyData::F32(f32s)),
+        );
+        r64?;
+        r32?;
         outs.insert(
             name.to_string(),
             json!({"shape": shape, "f64": p64, "f32": p32}),
         );
     }
-    let mut case = case_json(&g.case);
-    case["inputs"] = json!(g.case.problem.op.inputs());
+    let case = crate::formats::case::case_object_json(h, json!(h.op.inputs()));
     let doc = json!({"format": "bnconf-golden/1", "case": case, "outputs": Value::Object(outs), "provenance": provenance()});
     let text = serde_json::to_string_pretty(&doc).expect("serializable");
     crate::formats::atomic::write_bytes(&dir.join("golden.json"), format!("{text}\n").as_bytes())

@@ -53,7 +53,7 @@ pub fn judged_fast(c: &SuiteCase) -> bool {
 fn prepare_fast(c: &SuiteCase) -> Option<Prepared> {
     let geom = bnconf_spec::Geometry::new(c.layout, &c.shape, usize::MAX).expect("valid");
     let eps = bnconf_spec::exact::parse::parse_rational(&c.eps).expect("generated eps");
-    let fp = crate::fast::FastProblem::of_suite_case(c).ok()?;
+    let fp = c.fast_problem().ok()?;
     let fc = crate::fast::cells::FastCells::new(&fp).ok()?;
     let budgets = budget::budgets_bound_f64(c.op, &geom, &eps, &c.inputs).ok()?;
     let mut golden = Outputs::new();
@@ -269,7 +269,7 @@ fn exact_by_forms(c: &SuiteCase) -> Option<Outputs> {
     if !crate::fast::covers(c.op) {
         return None;
     }
-    let fp = crate::fast::FastProblem::of_suite_case(c).ok()?;
+    let fp = c.fast_problem().ok()?;
     let fc = crate::fast::cells::FastCells::new(&fp).ok()?;
     let names = c.op.outputs();
     let mut out = Outputs::new();

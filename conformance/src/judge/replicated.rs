@@ -43,9 +43,9 @@ pub fn locals(
     for ch in 0..geom_w.c {
         let (x, dy) = (chan(c, geom_w, "x", ch), chan(c, geom_w, "dy", ch));
         let rat = |r| QSqrt::rational(r);
-        mean.push(&rat(crate::suite::exact_dot(&x, None)) / &m);
-        m2.push(&rat(crate::suite::exact_dot(&x, Some(&x))) / &m);
-        mean_dy.push(&rat(crate::suite::exact_dot(&dy, None)) / &m);
+        mean.push(&rat(crate::fast::acc::exact_dot(&x, None)) / &m);
+        m2.push(&rat(crate::fast::acc::exact_dot(&x, Some(&x))) / &m);
+        mean_dy.push(&rat(crate::fast::acc::exact_dot(&dy, None)) / &m);
     }
     // mean(dy·xhat) = dgamma / m, exact in the channel's Q(sqrt(q)).
     let mean_dy_xhat: Vec<QSqrt> = golden["dgamma"].iter().map(|g| g / &m).collect();
@@ -82,8 +82,8 @@ pub fn locals(
         let (mut dg, mut db) = (Vec::new(), Vec::new());
         for ch in 0..p.geom.c {
             let (x, dy) = (chan(&sh, &p.geom, "x", ch), chan(&sh, &p.geom, "dy", ch));
-            let sdy = QSqrt::rational(crate::suite::exact_dot(&dy, None));
-            let sdx = QSqrt::rational(crate::suite::exact_dot(&dy, Some(&x)));
+            let sdy = QSqrt::rational(crate::fast::acc::exact_dot(&dy, None));
+            let sdx = QSqrt::rational(crate::fast::acc::exact_dot(&dy, Some(&x)));
             let r = bnconf_spec::channel::inv_std(
                 &bnconf_spec::channel::sync_var(&mean[ch], &m2[ch]),
                 &eps,

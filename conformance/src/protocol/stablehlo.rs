@@ -227,7 +227,7 @@ pub fn module_text(c: &SuiteCase) -> String {
 /// The correctly rounded outputs of a case in its dtype (the fast exact path, bit-identical to
 /// the exact one), by output name.
 pub fn golden(c: &SuiteCase) -> Result<BTreeMap<&'static str, Vec<f64>>> {
-    let fp = crate::fast::FastProblem::of_suite_case(c)?;
+    let fp = c.fast_problem()?;
     let out = crate::fast::compute(&fp, false)?;
     Ok(out
         .outputs

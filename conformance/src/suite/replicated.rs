@@ -4,7 +4,12 @@
 //! splits with one empty rank — at the levels core and conditioning. The goldens are the
 //! whole-batch op's; what a rank holds is judged per rank (`judge::replicated`).
 
-use super::*;
+use super::case::*;
+use super::classes::*;
+use super::generate::*;
+use super::level::*;
+use super::rng::*;
+use bnconf_spec::{Layout, Op};
 
 /// The batch every replicated case splits: N = 16 rows (divisible by 2, 4 and 8), 3 channels,
 /// 2×3 images: 96 cells per channel.
@@ -131,6 +136,7 @@ pub fn shard(case: &SuiteCase, r: usize) -> SuiteCase {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bnconf_spec::exact::round::FloatFormat;
 
     #[test]
     fn splits_cover_the_batch() {

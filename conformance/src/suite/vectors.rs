@@ -52,7 +52,7 @@ pub fn formats_of(p: suite::Precision) -> Vec<FloatFormat> {
 pub fn parse_precisions(names: &[String]) -> Result<Vec<suite::Precision>> {
     let mut out: Vec<suite::Precision> = Vec::new();
     for n in names {
-        let p = crate::testing::parse_precision(n).map_err(|_| {
+        let p = suite::parse_precision(n).map_err(|_| {
             ConfError::field(
                 "--dtypes",
                 format!("unknown precision {n:?} (f32, f64, f16, bf16, f16+f32, bf16+f32)"),
@@ -129,11 +129,10 @@ pub fn generate_in(seed: u64, precisions: &[suite::Precision]) -> Result<Vec<Vec
             // The fast path where it applies (f32/f64 cases of the ops it covers: the same
             // bytes, tests/fast_cli.rs), the exact path for the rest.
             let fast = match (c.precision().is_mixed(), c.dtype) {
-                (false, FloatFormat::F32 | FloatFormat::F64) if crate::fast::covers(c.op) => {
-                    crate::fast::FastProblem::of_suite_case(c)
-                        .ok()
-                        .and_then(|fp| crate::fast::golden_json_of(&case, &fp, &formats))
-                }
+                (false, FloatFormat::F32 | FloatFormat::F64) if crate::fast::covers(c.op) => c
+                    .fast_problem()
+                    .ok()
+                    .and_then(|fp| crate::fast::golden_json_of(&case, &fp, &formats)),
                 _ => None,
             };
             let doc = match fast {

@@ -93,7 +93,7 @@ use crate::error::ConfError;
 use crate::judge::check::{self, CaseResult, Prepared, Verdict};
 use crate::par::*;
 use crate::report::fmt_ratio;
-use crate::suite::{self, Filter, Precision, SuiteCase};
+use crate::suite::{self, Filter, SuiteCase};
 use bnconf_spec::exact::parse::parse_rational;
 use bnconf_spec::exact::round::f64_to_rational;
 use bnconf_spec::op::{Convention, Params};
@@ -368,22 +368,7 @@ fn exact_decimal_of(v: f64, field: &str) -> Result<String, ConfError> {
     })
 }
 
-/// A precision name: bnconf's (`f32`, `f64`, `f16`, `bf16`, `f16+f32`, `bf16+f32`) or
-/// numpy's (`float32`, `float64`, `float16`, `bfloat16`, `float16+float32`, ...).
-pub fn parse_precision(name: &str) -> Result<Precision, ConfError> {
-    let canonical: Vec<&str> = name
-        .split('+')
-        .map(|part| match part.trim() {
-            "float64" | "double" => "f64",
-            "float32" | "float" => "f32",
-            "float16" | "half" => "f16",
-            "bfloat16" => "bf16",
-            other => other,
-        })
-        .collect();
-    Precision::from_name(&canonical.join("+"))
-        .ok_or_else(|| ConfError::field("dtype", unknown(name)))
-}
+pub use crate::suite::parse_precision;
 
 /// What to run: a suite, a dtype, optional op and layout filters and the seed.
 #[derive(Clone, Debug)]

@@ -3,17 +3,17 @@
 //!
 //! On deterministic pseudo-random f32 data of an `[N, C, H, W]` shape it times, for forward
 //! and backward:
-//! - **fast exact**: [`super::compute`] (correctly rounded f64 and f32 outputs);
+//! - **fast exact**: [`bnconf::fast::compute`] (correctly rounded f64 and f32 outputs);
 //! - **f64 two-pass**: a plain two-pass float64 kernel written here (channels in parallel on
 //!   the same threads), the speed of an ordinary float kernel;
 //! - **bnconf-impl twopass-f64**: our kernel under test of that name (serial, generic driver);
 //! - **naive exact**: [`bnconf_spec::Problem::evaluate`] plus rounding of every output element, on a
 //!   smaller shape; its per-element time is extrapolated to the full shape (labelled so).
 
-use super::{compute, FastProblem};
-use crate::error::{ConfError, Result};
-use crate::formats::npy::NpyData;
-use crate::par::*;
+use bnconf::error::{ConfError, Result};
+use bnconf::fast::{compute, FastProblem};
+use bnconf::formats::npy::NpyData;
+use bnconf::par::*;
 use bnconf_spec::exact::round::{round, FloatFormat};
 use bnconf_spec::{Geometry, Layout, Op, Problem, QSqrt, Rational};
 use std::collections::BTreeMap;
@@ -221,7 +221,7 @@ pub fn fast_problem(d: &BenchData, op: Op) -> Result<FastProblem> {
 pub fn exact_problem(d: &BenchData, op: Op) -> Result<Problem> {
     let q = |v: &[f32]| -> Vec<QSqrt> {
         v.iter()
-            .map(|&e| crate::fast::exact_f64(e as f64))
+            .map(|&e| bnconf::fast::exact_f64(e as f64))
             .collect()
     };
     let mut inputs = BTreeMap::new();
@@ -319,7 +319,7 @@ pub fn run(opts: &BenchOpts) -> Result<String> {
         "bnconf bench: nchw {:?} f32 inputs ({} elements), eps 1e-5, {} threads, best of {}",
         opts.shape,
         len,
-        crate::par::current_num_threads(),
+        bnconf::par::current_num_threads(),
         opts.reps
     );
     let _ = writeln!(out);
@@ -396,41 +396,34 @@ pub fn run(opts: &BenchOpts) -> Result<String> {
 }
 
 /// CLI options of `bnconf bench`.
-#[derive(Clone, Debug)]
-#[cfg_attr(feature = "cli", derive(clap::Args))]
+#[derive(Clone, Debug, clap::Args)]
 pub struct BenchArgs {
     /// `N,C,H,W` of the measurement.
-    #[cfg_attr(
-        feature = "cli",
-        arg(long, value_delimiter = ',', default_value = "32,64,56,56")
-    )]
+    #[arg(long, value_delimiter = ',', default_value = "32,64,56,56")]
     pub shape: Vec<usize>,
     /// `N,C,H,W` of the naive exact baseline (its per-element time is extrapolated).
-    #[cfg_attr(
-        feature = "cli",
-        arg(long, value_delimiter = ',', default_value = "2,4,16,16")
-    )]
+    #[arg(long, value_delimiter = ',', default_value = "2,4,16,16")]
     pub naive_shape: Vec<usize>,
     /// Data seed.
-    #[cfg_attr(feature = "cli", arg(long, default_value_t = 1))]
+    #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Repetitions of the timed float and fast runs (best reported).
-    #[cfg_attr(feature = "cli", arg(long, default_value_t = 3))]
+    #[arg(long, default_value_t = 3)]
     pub reps: usize,
     /// Worker threads (default: RAYON_NUM_THREADS or the number of cores).
-    #[cfg_attr(feature = "cli", arg(long))]
+    #[arg(long)]
     pub threads: Option<usize>,
     /// Skip the (serial, slower) bnconf-impl twopass-f64 kernel.
-    #[cfg_attr(feature = "cli", arg(long))]
+    #[arg(long)]
     pub no_impl: bool,
     /// Python interpreter with numpy for the float64 baseline of the side-by-side table.
-    #[cfg_attr(feature = "cli", arg(long, default_value = "python3"))]
+    #[arg(long, default_value = "python3")]
     pub python: String,
     /// Skip the side-by-side table (numpy, I/O floor, golden end to end, 1 vs 2 threads).
-    #[cfg_attr(feature = "cli", arg(long))]
+    #[arg(long)]
     pub no_side_by_side: bool,
     /// Scale-suite case of the side-by-side table (f32; empty: none).
-    #[cfg_attr(feature = "cli", arg(long, default_value = DEFAULT_SCALE_CASE))]
+    #[arg(long, default_value = DEFAULT_SCALE_CASE)]
     pub scale_case: String,
 }
 
@@ -450,10 +443,10 @@ pub fn cli(a: &BenchArgs) -> Result<()> {
             return Err(ConfError::field("--shape", "needs N,C,H,W"));
         }
     }
-    let report = super::with_threads(a.threads, || run(&opts))??;
+    let report = bnconf::fast::with_threads(a.threads, || run(&opts))??;
     print!("{report}");
     if opts.python.is_some() {
-        let table = super::with_threads(a.threads, || side_by_side(&opts))??;
+        let table = bnconf::fast::with_threads(a.threads, || side_by_side(&opts))??;
         print!("\n{table}");
     }
     Ok(())
@@ -492,8 +485,8 @@ impl Workload {
     }
 
     fn of_scale(id: &str, seed: u64) -> Result<Workload> {
-        let prec = crate::suite::Precision::uniform(FloatFormat::F32);
-        let s = crate::suite::generate_in("scale", &[prec], seed, &Default::default())
+        let prec = bnconf::suite::Precision::uniform(FloatFormat::F32);
+        let s = bnconf::suite::generate_in("scale", &[prec], seed, &Default::default())
             .expect("the scale suite exists");
         let c =
             s.cases.into_iter().find(|c| c.id == id).ok_or_else(|| {
@@ -539,7 +532,7 @@ impl Workload {
 
     /// Write the inputs as npy files and a case file naming them into `dir`.
     fn write_case(&self, dir: &Path) -> Result<std::path::PathBuf> {
-        use crate::formats::npy::write_npy;
+        use bnconf::formats::npy::write_npy;
         std::fs::create_dir_all(dir).map_err(|e| ConfError::io(dir, e))?;
         let mut inputs = serde_json::Map::new();
         for (n, v) in &self.cells {
@@ -568,7 +561,7 @@ impl Workload {
             "eps": "1e-5", "inputs": inputs,
         });
         let path = dir.join("case.json");
-        crate::formats::atomic::write_bytes(&path, case.to_string().as_bytes())?;
+        bnconf::formats::atomic::write_bytes(&path, case.to_string().as_bytes())?;
         Ok(path)
     }
 
@@ -709,7 +702,7 @@ fn side_by_side_in(opts: &BenchOpts, python: &str, tmp: &Path) -> Result<String>
     if !opts.scale_case.is_empty() {
         works.push(Workload::of_scale(
             &opts.scale_case,
-            crate::suite::DEFAULT_SEED,
+            bnconf::suite::DEFAULT_SEED,
         )?);
     }
     let mut out = String::new();
@@ -733,19 +726,19 @@ fn side_by_side_in(opts: &BenchOpts, python: &str, tmp: &Path) -> Result<String>
         let (t_fast, c_fast, r) = best_cpu(opts.reps, || compute(&fp, false));
         r?;
         let (t1, c1, r1) = best_cpu(opts.reps, || {
-            super::with_threads(Some(1), || compute(&fp, false))
+            bnconf::fast::with_threads(Some(1), || compute(&fp, false))
         });
         r1??;
         let (t2, c2, r2) = best_cpu(opts.reps, || {
-            super::with_threads(Some(2), || compute(&fp, false))
+            bnconf::fast::with_threads(Some(2), || compute(&fp, false))
         });
         r2??;
         drop(fp);
-        let lim = crate::formats::case::InputLimits::default();
+        let lim = bnconf::formats::case::InputLimits::default();
         let gdir = dir.join("golden");
         let (t_e2e, r) = best(opts.reps, || {
             let _ = std::fs::remove_dir_all(&gdir);
-            super::golden_out_dir(&case, &lim, &gdir, false)
+            bnconf::fast::golden_out_dir(&case, &lim, &gdir, false)
         });
         if r?.is_none() {
             return Err(ConfError::field(

@@ -1,0 +1,287 @@
+//! The class table: per dtype and level, the data classes a suite's cases target, with
+//! their shapes.
+
+use super::level::*;
+use super::rng::*;
+use bnconf_spec::exact::round::FloatFormat;
+use bnconf_spec::Layout;
+
+/// A data class: how a channel's cells and parameters are drawn.
+#[derive(Clone, Debug)]
+pub(super) struct Class {
+    pub(super) name: String,
+    pub(super) level: Level,
+    pub(super) target: &'static str,
+    /// Per channel: (mean, std) of the cells.
+    pub(super) center: fn(&mut Rng, FloatFormat, f64) -> (f64, f64),
+    /// Extra scale parameter for the class (ratio mu/sigma, magnitude, ...).
+    pub(super) param: f64,
+    pub(super) eps: &'static str,
+    /// Cell transform: `Plain`, sparse, integer, constant.
+    pub(super) kind: Kind,
+    /// Shape per layout.
+    pub(super) shape: ShapeKind,
+    /// Handed-in statistics far from the batch's (eval, sync).
+    pub(super) far_stats: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Kind {
+    Plain,
+    Sparse,
+    Integer,
+    Constant,
+    PerSampleMeans,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum ShapeKind {
+    Small,
+    SingleCell,
+    C1,
+    C65,
+    Batch1,
+}
+
+pub(super) fn shape_for(layout: Layout, k: ShapeKind) -> Vec<usize> {
+    // (N, C, H, W) per kind, mapped onto the layout
+    let (n, c, h, w) = match k {
+        ShapeKind::Small => (2, 3, 3, 4),
+        ShapeKind::SingleCell => (1, 3, 1, 1),
+        ShapeKind::C1 => (3, 1, 4, 4),
+        ShapeKind::C65 => (2, 65, 1, 3),
+        ShapeKind::Batch1 => (1, 2, 4, 5),
+    };
+    match layout {
+        Layout::Rows | Layout::Flat => vec![c, n * h * w],
+        Layout::Chw => vec![c, n * h, w],
+        Layout::Nchw => vec![n, c, h, w],
+        Layout::Nhwc => vec![n, h, w, c],
+    }
+}
+
+pub(super) fn classes(dtype: FloatFormat, level_filter: &[Level]) -> Vec<Class> {
+    let f32ish = dtype != FloatFormat::F64;
+    let mut v = vec![
+        Class {
+            name: "gaussian".into(),
+            level: Level::Core,
+            target: "well-scaled data, mean 0, std 1",
+            center: |_, _, _| (0.0, 1.0),
+            param: 0.0,
+            eps: "1e-5",
+            kind: Kind::Plain,
+            shape: ShapeKind::Small,
+            far_stats: false,
+        },
+        Class {
+            name: "offset".into(),
+            level: Level::Core,
+            target: "well-scaled data with per-channel mean and std",
+            center: |r, _, _| (r.range(-3.0, 3.0), r.range(0.5, 2.0)),
+            param: 0.0,
+            eps: "1e-5",
+            kind: Kind::Plain,
+            shape: ShapeKind::Small,
+            far_stats: false,
+        },
+        Class {
+            name: "batch1".into(),
+            level: Level::Core,
+            target: "N = 1",
+            center: |r, _, _| (r.range(-1.0, 1.0), 1.0),
+            param: 0.0,
+            eps: "1e-5",
+            kind: Kind::Plain,
+            shape: ShapeKind::Batch1,
+            far_stats: false,
+        },
+        Class {
+            name: "c1".into(),
+            level: Level::Core,
+            target: "a single channel (C = 1)",
+            center: |_, _, _| (0.5, 2.0),
+            param: 0.0,
+            eps: "1e-3",
+            kind: Kind::Plain,
+            shape: ShapeKind::C1,
+            far_stats: false,
+        },
+    ];
+    let ratios: &[f64] = if f32ish {
+        &[1e2, 1e3, 1e4]
+    } else {
+        &[1e3, 1e6, 1e8]
+    };
+    for &r in ratios {
+        v.push(Class {
+            name: format!("large-mean-{r:e}"),
+            level: Level::Conditioning,
+            target: "large mean, small variance (mean/std as named)",
+            center: |rng, _, p| (p * rng.range(1.0, 4.0), 1.0),
+            param: r,
+            eps: "1e-5",
+            kind: Kind::Plain,
+            shape: ShapeKind::Small,
+            far_stats: false,
+        });
+    }
+    v.extend([
+        Class {
+            name: "constant".into(),
+            level: Level::Conditioning,
+            target: "constant channels (var = 0), eps = 1e-5",
+            center: |r, _, _| (r.range(-4.0, 4.0), 0.0),
+            param: 0.0,
+            eps: "1e-5",
+            kind: Kind::Constant,
+            shape: ShapeKind::Small,
+            far_stats: false,
+        },
+        Class {
+            name: "constant-eps1e-3".into(),
+            level: Level::Conditioning,
+            target: "constant channels with a larger eps",
+            center: |r, _, _| (r.range(100.0, 200.0), 0.0),
+            param: 0.0,
+            eps: "1e-3",
+            kind: Kind::Constant,
+            shape: ShapeKind::Small,
+            far_stats: false,
+        },
+        Class {
+            name: "var-near-eps".into(),
+            level: Level::Conditioning,
+            target: "variance about eps (eps-placement bugs)",
+            center: |r, _, _| (r.range(-1.0, 1.0), 0.003),
+            param: 0.0,
+            eps: "1e-5",
+            kind: Kind::Plain,
+            shape: ShapeKind::Small,
+            far_stats: false,
+        },
+        Class {
+            name: "eps-large".into(),
+            level: Level::Conditioning,
+            target: "eps = 0.1, comparable to the variance",
+            center: |_, _, _| (0.0, 0.3),
+            param: 0.0,
+            eps: "0.1",
+            kind: Kind::Plain,
+            shape: ShapeKind::Small,
+            far_stats: false,
+        },
+        Class {
+            name: "single-cell".into(),
+            level: Level::Conditioning,
+            target: "one cell per channel (m = 1), eps > 0",
+            center: |r, _, _| (r.range(-2.0, 2.0), 1.0),
+            param: 0.0,
+            eps: "1e-3",
+            kind: Kind::Plain,
+            shape: ShapeKind::SingleCell,
+            far_stats: false,
+        },
+        Class {
+            name: "sample-means".into(),
+            level: Level::Conditioning,
+            target: "N > 1 with different per-sample means",
+            center: |_, _, _| (0.0, 0.5),
+            param: 0.0,
+            eps: "1e-5",
+            kind: Kind::PerSampleMeans,
+            shape: ShapeKind::Small,
+            far_stats: false,
+        },
+        Class {
+            name: "c65".into(),
+            level: Level::Conditioning,
+            target: "odd channel count C = 65, m = 6",
+            center: |r, _, _| (r.range(-2.0, 2.0), r.range(0.1, 3.0)),
+            param: 0.0,
+            eps: "1e-5",
+            kind: Kind::Plain,
+            shape: ShapeKind::C65,
+            far_stats: false,
+        },
+        Class {
+            name: "sparse".into(),
+            level: Level::Conditioning,
+            target: "sparse data (about 80% zeros)",
+            center: |_, _, _| (0.0, 1.0),
+            param: 0.0,
+            eps: "1e-5",
+            kind: Kind::Sparse,
+            shape: ShapeKind::Small,
+            far_stats: false,
+        },
+        Class {
+            name: "integer".into(),
+            level: Level::Conditioning,
+            target: "small integer data",
+            center: |_, _, _| (0.0, 5.0),
+            param: 0.0,
+            eps: "1e-5",
+            kind: Kind::Integer,
+            shape: ShapeKind::Small,
+            far_stats: false,
+        },
+        Class {
+            name: "far-stats".into(),
+            level: Level::Conditioning,
+            target: "handed-in statistics far from the batch's (eval, sync)",
+            center: |r, _, _| (r.range(-2.0, 2.0), 1.0),
+            param: 0.0,
+            eps: "1e-5",
+            kind: Kind::Plain,
+            shape: ShapeKind::Small,
+            far_stats: true,
+        },
+        Class {
+            name: GAMMA_ZERO.into(),
+            level: Level::Conditioning,
+            target:
+                "gamma = 0 on channels 0 and 2 (pruned or frozen channels): y = beta there, dx = 0",
+            center: |r, _, _| (r.range(-2.0, 2.0), r.range(0.5, 2.0)),
+            param: 0.0,
+            eps: "1e-5",
+            kind: Kind::Plain,
+            shape: ShapeKind::Small,
+            far_stats: false,
+        },
+    ]);
+    let (big, small) = if f32ish {
+        (1e19, 1e-21)
+    } else {
+        (1e160, 1e-165)
+    };
+    v.extend([
+        Class {
+            name: "huge".into(),
+            level: Level::Range,
+            target: "squares overflow the dtype",
+            center: |r, _, p| (p * r.range(-1.0, 1.0), p),
+            param: big,
+            eps: "1e-5",
+            kind: Kind::Plain,
+            shape: ShapeKind::Small,
+            far_stats: false,
+        },
+        Class {
+            name: "tiny".into(),
+            level: Level::Range,
+            target: "squares underflow the dtype (eps = 0)",
+            center: |r, _, p| (p * r.range(-1.0, 1.0), p),
+            param: small,
+            eps: "0",
+            kind: Kind::Plain,
+            shape: ShapeKind::Small,
+            far_stats: false,
+        },
+    ]);
+    v.retain(|c| level_filter.contains(&c.level));
+    v
+}
+
+/// The class whose even channels have `gamma = 0`.
+pub(super) const GAMMA_ZERO: &str = "gamma-zero";
