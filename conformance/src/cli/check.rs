@@ -74,10 +74,8 @@ fn check_inner(
                 }
                 (a, b) => a.or(b),
             };
-            let (mut s, dtype, filter) = sel.generate()?;
-            if let Some(sh) = shard {
-                sh.apply(&mut s);
-            }
+            let sel = sel.selection(shard)?;
+            let (s, dtype, filter) = (sel.generate(), sel.precision, sel.filter);
             let work = match &keep {
                 Some(k) => protocol::exec::WorkDir::kept(k)?,
                 None => protocol::exec::WorkDir::temporary()?,

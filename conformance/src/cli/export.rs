@@ -14,10 +14,8 @@ pub(crate) fn export(
     shard: Option<report::shard::Shard>,
     format: String,
 ) -> Result<ExitCode, ConfError> {
-    let (mut s, dtype, filter) = sel.generate()?;
-    if let Some(sh) = shard {
-        sh.apply(&mut s);
-    }
+    let sel = sel.selection(shard)?;
+    let (s, dtype, filter) = (sel.generate(), sel.precision, sel.filter);
     if format != "protocol" {
         return crate::stablehlo::export(&format, &s, dtype, &filter, &out, shard);
     }

@@ -218,40 +218,31 @@ struct SuiteArgs {
 }
 
 impl SuiteArgs {
-    fn generate(&self) -> Result<(suite::Suite, suite::Precision, suite::Filter), ConfError> {
-        let dtype = bnconf::testing::parse_precision(&self.dtype).map_err(|_| {
-            ConfError::field(
+    /// The selection these flags make (only `shard` of it, if given); errors name the flag.
+    fn selection(&self, shard: Option<suite::shard::Shard>) -> Result<suite::Selection, ConfError> {
+        let mut sel = suite::Selection::from_names(
+            &self.suite,
+            &self.dtype,
+            self.seed,
+            &self.ops,
+            &self.layouts,
+        )
+        .map_err(|bad| match bad {
+            suite::BadName::Dtype(d) => ConfError::field(
                 "--dtype",
-                format!(
-                    "{:?}: one of f32, f64, f16, bf16, f16+f32, bf16+f32",
-                    self.dtype
-                ),
-            )
-        })?;
-        let mut filter = suite::Filter::default();
-        for o in &self.ops {
-            filter.ops.push(
-                bnconf_spec::Op::from_name(o)
-                    .ok_or_else(|| ConfError::field("--ops", format!("unknown op {o:?}")))?,
-            );
-        }
-        for l in &self.layouts {
-            filter.layouts.push(
-                bnconf_spec::Layout::from_name(l).ok_or_else(|| {
-                    ConfError::field("--layouts", format!("unknown layout {l:?}"))
-                })?,
-            );
-        }
-        let s = suite::generate_in(&self.suite, &[dtype], self.seed, &filter).ok_or_else(|| {
-            ConfError::field(
+                format!("{d:?}: one of f32, f64, f16, bf16, f16+f32, bf16+f32"),
+            ),
+            suite::BadName::Op(o) => ConfError::field("--ops", format!("unknown op {o:?}")),
+            suite::BadName::Layout(l) => {
+                ConfError::field("--layouts", format!("unknown layout {l:?}"))
+            }
+            suite::BadName::Suite(n) => ConfError::field(
                 "--suite",
-                format!(
-                    "unknown suite {:?} (default, extreme, scale, replicated)",
-                    self.suite
-                ),
-            )
+                format!("unknown suite {n:?} (default, extreme, scale, replicated)"),
+            ),
         })?;
-        Ok((s, dtype, filter))
+        sel.shard = shard;
+        Ok(sel)
     }
 }
 

@@ -50,7 +50,7 @@ pub fn case_json(case: &Case) -> Value {
     let p = &case.problem;
     let mut inputs = Map::new();
     for &name in p.op.inputs() {
-        let dt = if bnconf_impl::is_activation(name) {
+        let dt = if bnconf_spec::tensor::is_activation(name) {
             case.dtype
         } else {
             case.param_dtype

@@ -6,6 +6,7 @@ use crate::formats::atomic::write_bytes;
 use crate::formats::npy::{read_npy_any, write_npy, NpyData};
 use crate::judge::check::Written;
 use crate::judge::prepare::Prepared;
+use crate::suite::select::Selection;
 use crate::suite::{self, Filter, Precision, Suite, SuiteCase};
 use bnconf_spec::exact::round::FloatFormat;
 use bnconf_spec::{Layout, Op};
@@ -119,51 +120,10 @@ pub fn regenerate(dir: &Path) -> Result<(Suite, Precision, Filter)> {
             "missing or of the wrong type",
         )
     };
-    if m.get("format").and_then(Value::as_str) != Some("bnconf-suite/1") {
-        return Err(ConfError::field(
-            "manifest.json: format",
-            "expected \"bnconf-suite/1\"",
-        ));
-    }
-    let name = m
-        .get("suite")
-        .and_then(Value::as_str)
-        .ok_or_else(|| field("suite"))?;
-    let seed = m
-        .get("seed")
-        .and_then(Value::as_u64)
-        .ok_or_else(|| field("seed"))?;
-    let dtype = m
-        .get("dtype")
-        .and_then(Value::as_str)
-        .and_then(Precision::from_name)
-        .ok_or_else(|| field("dtype"))?;
-    let mut filter = Filter::default();
-    for o in m.get("ops").and_then(Value::as_array).into_iter().flatten() {
-        filter.ops.push(
-            o.as_str()
-                .and_then(Op::from_name)
-                .ok_or_else(|| field("ops"))?,
-        );
-    }
-    for l in m
-        .get("layouts")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        filter.layouts.push(
-            l.as_str()
-                .and_then(Layout::from_name)
-                .ok_or_else(|| field("layouts"))?,
-        );
-    }
-    let mut s = suite::generate_in(name, &[dtype], seed, &filter).ok_or_else(|| {
-        ConfError::field("manifest.json: suite", format!("unknown suite {name:?}"))
-    })?;
-    if let Some(shard) = crate::suite::shard::from_manifest(&m)? {
-        shard.apply(&mut s); // `export --shard K/N` wrote only that shard's cases
-    }
+    // `export --shard K/N` wrote only that shard's cases: the selection applies it.
+    let sel = Selection::from_manifest(&m)?;
+    let s = sel.generate();
+    let (name, seed, dtype, filter) = (&sel.suite, sel.seed, sel.precision, sel.filter);
     let listed: Vec<&str> = m
         .get("cases")
         .and_then(Value::as_array)

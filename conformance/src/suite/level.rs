@@ -90,7 +90,7 @@ impl Precision {
     }
     /// The dtype of input or output `name`.
     pub fn of(self, name: &str) -> FloatFormat {
-        if bnconf_impl::is_activation(name) {
+        if bnconf_spec::tensor::is_activation(name) {
             self.act
         } else {
             self.param

@@ -10,7 +10,8 @@
 //! bytes on every machine and with every crate version.
 //!
 //! Rooms: [`level`] (levels, precisions), [`case`] ([`SuiteCase`]), [`rng`], [`classes`] (the
-//! class table), [`generate`], [`ill_posed`], [`manifest`]; [`scale`], [`replicated`] the
+//! class table), [`generate`], [`ill_posed`], [`manifest`]; [`select`] (which cases: a suite, a precision, a
+//! seed, a filter and a shard, parsed once) and [`shard`]; [`scale`], [`replicated`] the
 //! suites of their own shapes, [`vectors`] the committed golden vector set.
 
 pub mod case;
@@ -22,6 +23,7 @@ pub mod manifest;
 pub mod replicated;
 pub mod rng;
 pub mod scale;
+pub mod select;
 pub mod shard;
 pub mod vectors;
 
@@ -33,3 +35,4 @@ pub use ill_posed::ill_posed;
 pub use level::{parse_precision, Level, Precision};
 pub use manifest::{manifest_json, manifest_json_in};
 pub use rng::{to_dtype, Rng};
+pub use select::{BadName, Selection};

@@ -93,7 +93,7 @@ use crate::error::ConfError;
 use crate::judge::check::{self, CaseResult, Prepared, Verdict};
 use crate::par::*;
 use crate::report::fmt_ratio;
-use crate::suite::{self, Filter, SuiteCase};
+use crate::suite::{self, SuiteCase};
 use bnconf_spec::exact::parse::parse_rational;
 use bnconf_spec::exact::round::f64_to_rational;
 use bnconf_spec::op::{Convention, Params};
@@ -419,20 +419,14 @@ pub fn cases(options: &Options) -> Result<Vec<KernelCase>, ConfError> {
 }
 
 fn generate(o: &Options) -> Result<suite::Suite, ConfError> {
-    let prec = parse_precision(&o.dtype)?;
-    let mut filter = Filter::default();
-    for name in &o.ops {
-        filter
-            .ops
-            .push(Op::from_name(name).ok_or_else(|| ConfError::field("ops", unknown(name)))?);
-    }
-    for name in &o.layouts {
-        filter.layouts.push(
-            Layout::from_name(name).ok_or_else(|| ConfError::field("layouts", unknown(name)))?,
-        );
-    }
-    let s = suite::generate_in(&o.suite, &[prec], o.seed, &filter)
-        .ok_or_else(|| ConfError::field("suite", unknown(&o.suite)))?;
+    let sel = suite::Selection::from_names(&o.suite, &o.dtype, o.seed, &o.ops, &o.layouts)
+        .map_err(|bad| match bad {
+            suite::BadName::Dtype(n) => ConfError::field("dtype", unknown(&n)),
+            suite::BadName::Op(n) => ConfError::field("ops", unknown(&n)),
+            suite::BadName::Layout(n) => ConfError::field("layouts", unknown(&n)),
+            suite::BadName::Suite(n) => ConfError::field("suite", unknown(&n)),
+        })?;
+    let s = sel.generate();
     if s.cases.is_empty() {
         return Err(ConfError::field(
             "ops",
@@ -818,7 +812,7 @@ fn drop_channel(case: &KernelCase, drop: usize) -> Option<KernelCase> {
     let mut out = case.clone();
     out.shape = shape;
     for (name, v) in out.inputs.iter_mut() {
-        if v.len() == g.c * g.m && bnconf_impl::is_cell_array(name) {
+        if v.len() == g.c * g.m && bnconf_spec::tensor::is_cell_array(name) {
             let mut nv = vec![0.0; g2.c * g2.m];
             for (c2, c) in (0..g.c).filter(|&c| c != drop).enumerate() {
                 for k in 0..g.m {
