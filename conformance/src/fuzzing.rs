@@ -163,7 +163,7 @@ fn split_files(data: &[u8]) -> Vec<&[u8]> {
     parts
 }
 
-/// A kernel's outputs: `protocol::read_outputs` on `DIR/<id>/out/`, written from the input.
+/// A kernel's outputs: `protocol::read_written` and `Prepared::judge_written` on `DIR/<id>/out/`, written from the input.
 /// The first byte picks the case ([`output_cases`]); the second says what is written (bit 0:
 /// `out/unsupported` with the rest as its text; else the rest, split at [`FILE_SEP`], is the
 /// op's outputs in order, one npy file each, a missing part a missing file). The result must

@@ -1,4 +1,4 @@
-//! The double-double ratio of the fast judging path (`Approx::ratio`, judge/check.rs) against
+//! The double-double ratio of the fast judging path (`Approx::ratio`, judge/prepare.rs) against
 //! the exact ratio (`ElementBudget::ratio`: the exact difference in Q(sqrt(q)), rounded once):
 //! equal to 2^-45 relative wherever the double-double applies, identical where it falls back,
 //! and the same verdict at the gate. Cases per property: `PROPTEST_CASES`, or 512.
