@@ -108,7 +108,7 @@ fn shrinks_onepass_variance_deterministically() {
     let out = k.run(&case.to_kernel_case()).unwrap();
     let r = p.judge(&out);
     assert_eq!(r.verdict, Verdict::Fail);
-    let d = bnconf::report::diagnosis::diagnose(std::slice::from_ref(&p), &[r]);
+    let d = bnconf::judge::diagnosis::diagnose(std::slice::from_ref(&p), &[r]);
     assert_eq!(
         d.first().map(|d| d.kernel.as_str()),
         Some("bad-onepass-var")
@@ -320,7 +320,7 @@ fn shrinks_a_replicated_case_across_ranks() {
     };
     let bad = run("bad-rep-equal-weight");
     assert_eq!(bad.verdict, Verdict::Fail);
-    let d = bnconf::report::diagnosis::diagnose(&p, std::slice::from_ref(&bad));
+    let d = bnconf::judge::diagnosis::diagnose(&p, std::slice::from_ref(&bad));
     assert_eq!(
         d.first().map(|d| d.kernel.as_str()),
         Some("bad-rep-equal-weight")

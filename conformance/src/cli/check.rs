@@ -18,7 +18,7 @@ pub(crate) struct ExecArgs {
 pub(crate) fn cmd_check(
     dir: Option<PathBuf>,
     exec: Option<ExecArgs>,
-    shard: Option<report::shard::Shard>,
+    shard: Option<bnconf::suite::shard::Shard>,
     sel: SuiteArgs,
     out: ReportArgs,
 ) -> Result<ExitCode, ConfError> {
@@ -30,20 +30,20 @@ pub(crate) fn cmd_check(
 fn check_inner(
     dir: Option<PathBuf>,
     exec: Option<ExecArgs>,
-    shard: Option<report::shard::Shard>,
+    shard: Option<bnconf::suite::shard::Shard>,
     sel: SuiteArgs,
     out: ReportArgs,
 ) -> Result<ExitCode, ConfError> {
     // The expectations file is read first: a bad one is exit 2 before any work.
     let expectations = match &out.expectations {
-        Some(p) => Some(report::expectations::read(p)?),
+        Some(p) => Some(bnconf::judge::gate::read(p)?),
         None => None,
     };
     let mut harness_failure = None;
     let (s, dtype, dir, shard, _work) = match (dir, exec) {
         (Some(d), None) => {
             let (s, dtype, _) = protocol::regenerate(&d)?;
-            let recorded = report::shard::from_manifest_dir(&d)?;
+            let recorded = bnconf::suite::shard::from_manifest_dir(&d)?;
             let s = match (recorded, shard) {
                 (Some(r), Some(g)) if r != g => {
                     return Err(ConfError::field(
@@ -126,11 +126,11 @@ fn check_inner(
     let diagnosis = if out.no_diagnosis {
         None
     } else {
-        Some(report::diagnosis::diagnose(&prepared, &results))
+        Some(bnconf::judge::diagnosis::diagnose(&prepared, &results))
     };
     let gate = expectations
         .as_ref()
-        .map(|e| report::expectations::gate(e, &results, out.require_all));
+        .map(|e| bnconf::judge::gate::gate(e, &results, out.require_all));
     let ctx = report::Context {
         suite: &s.name,
         dtype: dtype.static_name(),

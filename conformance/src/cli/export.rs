@@ -3,7 +3,7 @@
 
 use crate::SuiteArgs;
 use bnconf::error::ConfError;
-use bnconf::{protocol, report};
+use bnconf::protocol;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -11,7 +11,7 @@ use std::process::ExitCode;
 pub(crate) fn export(
     sel: SuiteArgs,
     out: PathBuf,
-    shard: Option<report::shard::Shard>,
+    shard: Option<bnconf::suite::shard::Shard>,
     format: String,
 ) -> Result<ExitCode, ConfError> {
     let sel = sel.selection(shard)?;
@@ -21,7 +21,7 @@ pub(crate) fn export(
     }
     protocol::export(&s, dtype, &filter, &out)?;
     if let Some(sh) = shard {
-        report::shard::record_in_manifest(&out, sh)?;
+        bnconf::suite::shard::record_in_manifest(&out, sh)?;
     }
     eprintln!(
         "bnconf: wrote {} cases of suite {} ({}) to {} ({} excluded as ill-posed or overflowing the dtype: manifest.json says which)",

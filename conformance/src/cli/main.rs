@@ -6,7 +6,7 @@
 
 use bnconf::error::ConfError;
 use bnconf::formats::case::InputLimits;
-use bnconf::{protocol, report, suite};
+use bnconf::{protocol, suite};
 use bnconf_spec::exact::round::FloatFormat;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -101,7 +101,7 @@ enum Cmd {
         /// Only shard K of N (1 ≤ K ≤ N) of the suite's cases, by a hash of the case id: the N
         /// shards partition the suite (recorded in manifest.json; `check DIR` judges that shard).
         #[arg(long, value_name = "K/N")]
-        shard: Option<report::shard::Shard>,
+        shard: Option<suite::shard::Shard>,
         /// `protocol` (the kernel directory protocol) or `stablehlo` (per case a StableHLO
         /// module with its inputs as constants, goldens and per-element budgets; f32, f64).
         #[arg(long, default_value = "protocol")]
@@ -129,7 +129,7 @@ enum Cmd {
         keep_dir: Option<PathBuf>,
         /// Only shard K of N of the suite's cases (see `export --shard`).
         #[arg(long, value_name = "K/N")]
-        shard: Option<report::shard::Shard>,
+        shard: Option<suite::shard::Shard>,
         #[command(flatten)]
         sel: SuiteArgs,
         #[command(flatten)]
@@ -165,7 +165,7 @@ enum Cmd {
         verbose: bool,
         /// Only shard K of N of the suite's cases (see `export --shard`).
         #[arg(long, value_name = "K/N")]
-        shard: Option<report::shard::Shard>,
+        shard: Option<suite::shard::Shard>,
     },
     /// Write the committed golden vector set (default suite, exact + f64 + f32) into DIR.
     Vectors {

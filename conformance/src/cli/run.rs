@@ -13,7 +13,7 @@ pub(crate) fn run(
     seed: u64,
     only: &[String],
     verbose: bool,
-    shard: Option<report::shard::Shard>,
+    shard: Option<bnconf::suite::shard::Shard>,
 ) -> Result<ExitCode, ConfError> {
     let precs = dtypes
         .iter()
@@ -44,7 +44,7 @@ fn cmd_run(
     seed: u64,
     only: &[String],
     verbose: bool,
-    shard: Option<report::shard::Shard>,
+    shard: Option<bnconf::suite::shard::Shard>,
 ) -> Result<ExitCode, ConfError> {
     for n in only {
         if bnconf_impl::kernel_by_name(n).is_none()

@@ -10,12 +10,6 @@ pub mod expectations;
 pub mod html;
 pub mod json;
 
-/// The diagnosis is a judge run ([`crate::judge::diagnosis`]); kept at this path.
-pub use crate::judge::diagnosis;
-/// `--shard K/N` is a selection of cases ([`crate::suite::shard`]); kept at this path for the
-/// binary's imports.
-pub use crate::suite::shard;
-
 use crate::error::Result;
 use crate::formats::atomic::write_bytes;
 use crate::judge::diagnosis::Diagnosis;
