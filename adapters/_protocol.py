@@ -3,8 +3,9 @@ write DIR/<case>/out/<output>.npy or DIR/<case>/out/unsupported.
 
 Only the plumbing lives here; each adapter supplies `run_case(case, inputs) -> dict`
 and may raise `Unsupported(reason)`.  An exception other than Unsupported is reported
-on stderr and the case is left without outputs, so the harness counts it as not
-conforming (naming the missing file) instead of hiding it."""
+on stderr and written to DIR/<case>/out/error (FORMAT.md, "kernel errors"), so the
+harness counts the case as not conforming and its reports say "kernel error: <message>"
+instead of hiding it."""
 
 import json
 import os
@@ -73,8 +74,11 @@ def main(run_case, name):
             with open(os.path.join(out, "unsupported"), "w") as f:
                 f.write(str(e) + "\n")
             n_unsup += 1
-        except Exception:
+        except Exception as e:
             print(f"{name}: case {os.path.basename(d)} raised; no outputs written:", file=sys.stderr)
             traceback.print_exc()
+            os.makedirs(out, exist_ok=True)
+            with open(os.path.join(out, "error"), "w") as f:
+                f.write(f"{type(e).__name__}: {e}\n")
             n_err += 1
     print(f"{name}: {n_ok} cases computed, {n_unsup} unsupported, {n_err} raised", file=sys.stderr)

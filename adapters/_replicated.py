@@ -105,9 +105,19 @@ def write_unsupported(d, reason, r=None):
 
 
 def report_error(name, d, r=None):
+    """Report the exception being handled on stderr and in `out/error` (of the case, or of
+    rank r): the harness counts the case as not conforming, "kernel error: <message>"."""
     who = os.path.basename(d) + ("" if r is None else f" rank{r}")
     print(f"{name}: case {who} raised; no outputs written:", file=sys.stderr)
     traceback.print_exc()
+    e = sys.exc_info()[1]
+    if e is None:
+        return
+    # r: a rank number, or a description (e.g. "s of process 3"): then the case's out/
+    out = os.path.join(d, f"rank{r}", "out") if isinstance(r, int) else os.path.join(d, "out")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "error"), "w") as f:
+        f.write(f"{type(e).__name__}: {e}\n")
 
 
 def root_arg():

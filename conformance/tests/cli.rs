@@ -217,6 +217,103 @@ fn protocol_known_bad_missing_malformed_and_unsupported() {
 }
 
 #[test]
+fn kernel_errors_are_reported_with_their_message() {
+    // FORMAT.md, "Added in bnconf 0.4: kernel errors": `out/error` holds the kernel's message;
+    // the case does not conform and every report says "kernel error: <message>", never
+    // "missing". It wins over `out/unsupported` and over outputs beside it.
+    let d = tmpdir("kernel-error");
+    export(&d, "f32", "forward");
+    assert_eq!(
+        bnconf(&["kernel", "twopass-native", d.to_str().unwrap()])
+            .status
+            .code(),
+        Some(0)
+    );
+    let dirs = case_dirs(&d);
+    let (victim, other) = (&dirs[0], &dirs[1]);
+    let id = victim.file_name().unwrap().to_string_lossy().to_string();
+    for f in ["y.npy", "mean.npy"] {
+        std::fs::remove_file(victim.join("out").join(f)).unwrap();
+    }
+    let msg = "ZeroDivisionError: float division by zero";
+    std::fs::write(victim.join("out/error"), format!("{msg}\n")).unwrap();
+    // outputs and an error: the error counts (the kernel said it failed)
+    std::fs::write(other.join("out/error"), "RuntimeError: boom").unwrap();
+    std::fs::write(other.join("out/unsupported"), "not this one").unwrap();
+    let json = d.join("report.json");
+    let o = check(&d, &["--report", json.to_str().unwrap()]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains(&format!("{id} ")) && t.contains(&format!("kernel error: {msg}")),
+        "{t}"
+    );
+    assert!(t.contains("kernel error: RuntimeError: boom"), "{t}");
+    assert!(!t.contains("missing"), "{t}");
+    assert!(t.contains("0 unsupported"), "{t}");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let rec = doc["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == id.as_str())
+        .unwrap();
+    assert_eq!(
+        rec["reason"],
+        format!("kernel error: {msg}").as_str(),
+        "{rec}"
+    );
+    assert_ne!(rec["verdict"], "pass");
+    // an empty error file still fails, and one that is not a regular file is named
+    std::fs::write(victim.join("out/error"), "").unwrap();
+    assert!(text(&check(&d, &[])).contains("kernel error: the kernel failed (out/error is empty)"));
+    std::fs::remove_file(victim.join("out/error")).unwrap();
+    std::fs::create_dir(victim.join("out/error")).unwrap();
+    let o = check(&d, &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o).contains(&format!("{id}/out/error")),
+        "{}",
+        text(&o)
+    );
+    let _ = std::fs::remove_dir_all(&d);
+
+    // a replicated case: a rank's `out/error`
+    let d = tmpdir("kernel-error-rank");
+    let o = bnconf(&[
+        "export",
+        "--suite",
+        "replicated",
+        "--dtype",
+        "f64",
+        "--ops",
+        "forward",
+        "--layouts",
+        "nchw",
+        "--out",
+        d.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(
+        bnconf(&["kernel", "replicated-chan", d.to_str().unwrap()])
+            .status
+            .code(),
+        Some(0)
+    );
+    assert_eq!(check(&d, &[]).status.code(), Some(0));
+    let victim = &case_dirs(&d)[0];
+    std::fs::write(victim.join("rank1/out/error"), "rank 1: out of memory").unwrap();
+    let o = check(&d, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("kernel error: rank 1: out of memory"),
+        "{}",
+        text(&o)
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
 fn check_exec_and_harness_errors() {
     let me = common::BNCONF;
     let o = bnconf(&[

@@ -233,7 +233,7 @@ def test_wrong_return_type_raises():
         bnconf.check(lambda case: 42, ops=["eval"], layouts=["rows"])
 
 
-def test_kernel_exception_propagates_and_cleans_up(tmp_path, monkeypatch):
+def test_kernel_exception_is_reported_and_cleans_up(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     seen = []
 
@@ -243,9 +243,14 @@ def test_kernel_exception_propagates_and_cleans_up(tmp_path, monkeypatch):
             raise ZeroDivisionError("kernel bug")
         return numpy_bn(case)
 
-    with pytest.raises(ZeroDivisionError, match="kernel bug"):
-        bnconf.check(broken, ops=["eval"])
-    assert len(seen) == 3
+    r = bnconf.check(broken, ops=["eval"])
+    assert len(seen) == r.summary["total"]  # the other cases still ran
+    assert not r.ok
+    bad = [c for c in r.cases if c.id == seen[2]]
+    assert len(bad) == 1 and bad[0].verdict == "malformed", r
+    assert bad[0].reason == "kernel error: ZeroDivisionError: kernel bug", bad[0].reason
+    assert "kernel error: ZeroDivisionError: kernel bug" in str(r)
+    assert all(c.verdict == "pass" for c in r.cases if c.id != seen[2]), r
     assert list(tmp_path.iterdir()) == []  # the temporary suite directory is gone
 
 

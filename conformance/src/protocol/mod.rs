@@ -193,10 +193,8 @@ pub fn read_written(dir: &Path, p: &Prepared) -> Written {
     if !c.shard_sizes.is_empty() {
         return replicated::read_written(dir, p);
     }
-    match unsupported_reason(&out, &format!("{}/out", c.id)) {
-        Some(Ok(why)) => return Written::Unsupported(why),
-        Some(Err(why)) => return Written::Malformed(why),
-        None => {}
+    if let Some(w) = refusal(&out, &format!("{}/out", c.id)) {
+        return w;
     }
     let mut computed = BTreeMap::new();
     for &name in c.op.outputs() {
@@ -232,6 +230,35 @@ pub(crate) fn read_output(
         return Err(format!("shape {shape:?}, expected {want:?}"));
     }
     values_of(dtype, &data)
+}
+
+/// Why a case (or rank) directory's `out/` holds no outputs to judge, if it says so:
+/// `out/error` (the kernel failed on the case: not conforming, "kernel error: <message>"),
+/// else `out/unsupported` (its reason); either unreadable is a malformed output naming the file.
+pub(crate) fn refusal(out: &Path, rel: &str) -> Option<Written> {
+    if let Some(msg) = kernel_error(out, rel) {
+        return Some(Written::Malformed(match msg {
+            Ok(msg) => format!("kernel error: {msg}"),
+            Err(why) => why,
+        }));
+    }
+    unsupported_reason(out, rel).map(|r| match r {
+        Ok(why) => Written::Unsupported(why),
+        Err(why) => Written::Malformed(why),
+    })
+}
+
+/// `out/error` of a case (or rank) directory, if present: the kernel's message (FORMAT.md,
+/// "Added in bnconf 0.4: kernel errors"), or why it could not be read.
+fn kernel_error(out: &Path, rel: &str) -> Option<std::result::Result<String, String>> {
+    let file = out.join("error");
+    file.symlink_metadata().ok()?;
+    // Only a regular file is read, within the meta-file limit (as `unsupported`).
+    Some(match read_regular_string(&file, MAX_META_BYTES, "") {
+        Ok(msg) if msg.trim().is_empty() => Ok("the kernel failed (out/error is empty)".into()),
+        Ok(msg) => Ok(msg.trim().to_string()),
+        Err(e) => Err(format!("{rel}/error: {}", error_msg(&e))),
+    })
 }
 
 /// `out/unsupported` of a case (or rank) directory, if present: the reason, or why it could

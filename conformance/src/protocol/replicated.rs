@@ -4,9 +4,7 @@
 //! per-channel inputs) and `case.json` with `rank` and `shard_shape`; rank r writes
 //! `rank<r>/out/<output>.npy`. Whole-batch inputs are not written.
 
-use super::{
-    case_value, kernel_case, npy_of, read_output, shape_of, unsupported_reason, verify_case_inputs,
-};
+use super::{case_value, kernel_case, npy_of, read_output, refusal, shape_of, verify_case_inputs};
 use crate::error::{ConfError, Result};
 use crate::formats::atomic::write_bytes;
 use crate::formats::npy::write_npy;
@@ -75,8 +73,9 @@ pub fn verify_inputs(dir: &Path, s: &Suite, c: &SuiteCase) -> Result<()> {
 
 /// Every rank's outputs of one case as written ([`Written::Ranks`], `ranks[r]`: output name →
 /// values of its dtype as f64; the optional `dgamma_local`/`dbeta_local` where present), or
-/// why not: `out/unsupported` of the case or of any rank marks the case unsupported; a missing
-/// or malformed output, malformed.
+/// why not: `out/error` of the case or of any rank makes it a kernel error (not conforming),
+/// `out/unsupported` unsupported — the first of them in the case's `out/`, then rank by rank;
+/// a missing or malformed output, malformed.
 pub fn read_written(dir: &Path, p: &Prepared) -> Written {
     let c = &p.case;
     let cd = dir.join(&c.id);
@@ -88,10 +87,8 @@ pub fn read_written(dir: &Path, p: &Prepared) -> Written {
         )
     }));
     for (out, rel) in &dirs {
-        match unsupported_reason(out, rel) {
-            Some(Ok(why)) => return Written::Unsupported(why),
-            Some(Err(why)) => return Written::Malformed(why),
-            None => {}
+        if let Some(w) = refusal(out, rel) {
+            return w;
         }
     }
     let mut ranks = Vec::new();

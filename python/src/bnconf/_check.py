@@ -170,7 +170,9 @@ def check(
 
     ``kernel(case)`` gets a :class:`Case` and returns a dict output name → array (cast to the
     case dtype when written) or None when it does not support the case (it may also raise
-    :class:`Unsupported`). Other exceptions propagate. ``dtype``: numpy or bnconf names
+    :class:`Unsupported`). Any other exception the kernel raises is written to the case's
+    ``out/error``: the case does not conform and the report says "kernel error: <type>:
+    <message>" (the other cases still run). ``dtype``: numpy or bnconf names
     ("float32"/"f32", "float64", "float16", "bfloat16", "float16+float32", ...).
     ``ops`` / ``layouts``: names (list or comma-separated string) restricting the suite.
     ``require_all``: unsupported cases make the report not ok. ``seed``: the suite's seed
@@ -209,6 +211,11 @@ def check(
                 os.makedirs(os.path.join(cdir, "out"), exist_ok=True)
                 with open(os.path.join(cdir, "out", "unsupported"), "w") as f:
                     f.write((str(e) or "kernel raised Unsupported") + "\n")
+                continue
+            except Exception as e:  # the kernel failed on this case: out/error (FORMAT.md)
+                os.makedirs(os.path.join(cdir, "out"), exist_ok=True)
+                with open(os.path.join(cdir, "out", "error"), "w") as f:
+                    f.write(f"{type(e).__name__}: {e}\n")
                 continue
             write_outputs(cdir, case, result)
 
