@@ -525,7 +525,9 @@ pub fn case_file_json(case: &SuiteCase, from: &str) -> Value {
     }
     o.level_class_target(case.level.name(), &case.class, &case.target)
         .shrunk_from(from)
-        .when(!case.shard_sizes.is_empty(), |o| o.shards(&case.shard_sizes))
+        .when(!case.shard_sizes.is_empty(), |o| {
+            o.shards(&case.shard_sizes)
+        })
         .npy_inputs(case.op.inputs().iter().copied())
         .into_value()
 }

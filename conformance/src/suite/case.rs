@@ -175,7 +175,9 @@ impl SuiteCase {
                 .momentum_exact(&exact(a, "momentum"))
                 .convention(conv);
         }
-        o.when(!self.shard_sizes.is_empty(), |o| o.shards(&self.shard_sizes))
-            .into_value()
+        o.when(!self.shard_sizes.is_empty(), |o| {
+            o.shards(&self.shard_sizes)
+        })
+        .into_value()
     }
 }
