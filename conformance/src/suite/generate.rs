@@ -70,7 +70,7 @@ pub(crate) fn test_suite(name: &str, dtypes: &[FloatFormat]) -> &'static Suite {
     use std::sync::{Mutex, OnceLock};
     type Cache = Mutex<HashMap<(String, Vec<FloatFormat>), &'static OnceLock<Suite>>>;
     static CACHE: OnceLock<Cache> = OnceLock::new();
-    let cell: &'static OnceLock<Suite> = *CACHE
+    let cell: &'static OnceLock<Suite> = CACHE
         .get_or_init(Cache::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner())
