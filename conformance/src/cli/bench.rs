@@ -12,6 +12,7 @@
 
 use bnconf::error::{ConfError, Result};
 use bnconf::fast::{compute, FastProblem};
+use bnconf::formats::case::{CaseObject, Dtype, Literal};
 use bnconf::formats::npy::NpyData;
 use bnconf::par::*;
 use bnconf_spec::exact::round::{round, FloatFormat};
@@ -534,17 +535,14 @@ impl Workload {
     fn write_case(&self, dir: &Path) -> Result<std::path::PathBuf> {
         use bnconf::formats::npy::write_npy;
         std::fs::create_dir_all(dir).map_err(|e| ConfError::io(dir, e))?;
-        let mut inputs = serde_json::Map::new();
+        let mut names: Vec<&str> = Vec::new();
         for (n, v) in &self.cells {
             write_npy(
                 &dir.join(format!("{n}.npy")),
                 &self.geom.shape,
                 &NpyData::F32(v.clone()),
             )?;
-            inputs.insert(
-                n.to_string(),
-                serde_json::json!({"npy": format!("{n}.npy")}),
-            );
+            names.push(n);
         }
         for (n, v) in &self.chan {
             let v32 = v.iter().map(|&e| e as f32).collect();
@@ -553,13 +551,18 @@ impl Workload {
                 &[self.geom.c],
                 &NpyData::F32(v32),
             )?;
-            inputs.insert(n.clone(), serde_json::json!({"npy": format!("{n}.npy")}));
+            names.push(n);
         }
-        let case = serde_json::json!({
-            "format": "bnconf-case/1", "id": "bench", "op": self.op.name(),
-            "layout": self.geom.layout.name(), "shape": self.geom.shape, "dtype": "f32",
-            "eps": "1e-5", "inputs": inputs,
-        });
+        let case = CaseObject::new(
+            "bench",
+            self.op,
+            self.geom.layout,
+            &self.geom.shape,
+            Dtype::Float(FloatFormat::F32),
+        )
+        .eps("1e-5", Literal::Text)
+        .npy_inputs(names)
+        .into_value();
         let path = dir.join("case.json");
         bnconf::formats::atomic::write_bytes(&path, case.to_string().as_bytes())?;
         Ok(path)

@@ -4,6 +4,7 @@
 use crate::error::{ConfError, Result};
 use crate::formats::fsafe;
 use crate::formats::npy::{read_npy, NpyData};
+use bnconf_spec::exact::fmt_rational;
 use bnconf_spec::exact::parse::{parse_exact_with, parse_rational_with, Limits};
 use bnconf_spec::exact::round::{f64_to_rational, round, FloatFormat};
 use bnconf_spec::op::{Convention, Extent, Params};
@@ -124,36 +125,166 @@ impl Case {
     }
 }
 
+/// How a decimal text (`eps`, `momentum`) is written in a [`CaseObject`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Literal {
+    /// As a JSON string, verbatim (a golden's case: exact text kept).
+    Text,
+    /// As a JSON number with the text's digits (the protocol's `case.json`); the text must be a
+    /// JSON number literal.
+    Number,
+    /// As a JSON number when the text is a JSON number literal, else as a string (a shrunk
+    /// case file).
+    NumberOrText,
+}
+
+impl Literal {
+    fn value(self, text: &str, what: &str) -> Value {
+        let num = || serde_json::from_str::<serde_json::Number>(text);
+        match self {
+            Literal::Text => Value::String(text.to_string()),
+            Literal::Number => Value::Number(
+                num().unwrap_or_else(|e| panic!("{what} is a JSON number literal: {e:?}")),
+            ),
+            Literal::NumberOrText => num()
+                .map(Value::Number)
+                .unwrap_or_else(|_| Value::String(text.to_string())),
+        }
+    }
+}
+
+/// The one writer of the `bnconf-case/1` object (FORMAT.md): every key name and value encoding
+/// of the document is written here. [`CaseObject::new`] writes `format`, `id`, `op`, `layout`,
+/// `shape`, `dtype`; each further method writes its FORMAT.md field(s) at the end, so a caller's
+/// chain states the fields in its document's order (serde_json keeps insertion order).
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct CaseObject(serde_json::Map<String, Value>);
+
+impl CaseObject {
+    /// `format`, `id`, `op`, `layout`, `shape`, `dtype`.
+    pub fn new(id: &str, op: Op, layout: Layout, shape: &[usize], dtype: Dtype) -> CaseObject {
+        CaseObject(serde_json::Map::new())
+            .put("format", Value::from("bnconf-case/1"))
+            .put("id", Value::from(id))
+            .put("op", Value::from(op.name()))
+            .put("layout", Value::from(layout.name()))
+            .put("shape", Value::from(shape))
+            .put("dtype", Value::from(dtype.name()))
+    }
+    fn put(mut self, key: &str, v: Value) -> CaseObject {
+        self.0.insert(key.to_string(), v);
+        self
+    }
+    /// `f(self)` when `cond`, else `self` (a field written only in some cases).
+    pub fn when(self, cond: bool, f: impl FnOnce(CaseObject) -> CaseObject) -> CaseObject {
+        if cond {
+            f(self)
+        } else {
+            self
+        }
+    }
+    /// `param_dtype`.
+    pub fn param_dtype(self, d: Dtype) -> CaseObject {
+        self.put("param_dtype", Value::from(d.name()))
+    }
+    /// `eps`, the decimal `text` written as `how` says.
+    pub fn eps(self, text: &str, how: Literal) -> CaseObject {
+        let v = how.value(text, "eps");
+        self.put("eps", v)
+    }
+    /// `eps_exact`: the exact value as a reduced rational.
+    pub fn eps_exact(self, q: &Rational) -> CaseObject {
+        self.put("eps_exact", Value::from(fmt_rational(q)))
+    }
+    /// `momentum` (`running_update`), the decimal `text` written as `how` says.
+    pub fn momentum(self, text: &str, how: Literal) -> CaseObject {
+        let v = how.value(text, "momentum");
+        self.put("momentum", v)
+    }
+    /// `momentum_exact`: the exact value as a reduced rational.
+    pub fn momentum_exact(self, q: &Rational) -> CaseObject {
+        self.put("momentum_exact", Value::from(fmt_rational(q)))
+    }
+    /// `convention` (`running_update`).
+    pub fn convention(self, c: Convention) -> CaseObject {
+        self.put("convention", Value::from(c.name()))
+    }
+    /// `inputs` as the op's input names (the protocol's `case.json`, an `--out-dir`
+    /// golden.json).
+    pub fn input_names(self, names: &[&str]) -> CaseObject {
+        self.put("inputs", Value::from(names))
+    }
+    /// `outputs` as the op's output names (the protocol's `case.json`).
+    pub fn output_names(self, names: &[&str]) -> CaseObject {
+        self.put("outputs", Value::from(names))
+    }
+    /// `inputs` as `{"<name>": {"npy": "<name>.npy"}}`, in the order given (npy files beside
+    /// the case file).
+    pub fn npy_inputs<'a>(self, names: impl IntoIterator<Item = &'a str>) -> CaseObject {
+        let m: serde_json::Map<String, Value> = names
+            .into_iter()
+            .map(|n| {
+                let mut f = serde_json::Map::new();
+                f.insert("npy".into(), Value::from(format!("{n}.npy")));
+                (n.to_string(), Value::Object(f))
+            })
+            .collect();
+        self.put("inputs", Value::Object(m))
+    }
+    /// `inputs` as given (the values, or any other form FORMAT.md allows).
+    pub fn inputs(self, inputs: Value) -> CaseObject {
+        self.put("inputs", inputs)
+    }
+    /// `level`, `class`, `target` of a generated case.
+    pub fn level_class_target(self, level: &str, class: &str, target: &str) -> CaseObject {
+        self.put("level", Value::from(level))
+            .put("class", Value::from(class))
+            .put("target", Value::from(target))
+    }
+    /// `bf16_storage`: bf16 tensors stored as `u16` bit patterns.
+    pub fn bf16_storage(self) -> CaseObject {
+        self.put("bf16_storage", Value::from("u16-bits"))
+    }
+    /// `ranks` and `shard_sizes` (`sync_stats`' shards, `replicated` suite).
+    pub fn shards(self, shard_sizes: &[usize]) -> CaseObject {
+        self.put("ranks", Value::from(shard_sizes.len()))
+            .put("shard_sizes", Value::from(shard_sizes))
+    }
+    /// `shrunk_from`: the id of the case a shrunk case was shrunk from.
+    pub fn shrunk_from(self, id: &str) -> CaseObject {
+        self.put("shrunk_from", Value::from(id))
+    }
+    /// Extra fields, verbatim and in their order.
+    pub fn extra(mut self, extra: &serde_json::Map<String, Value>) -> CaseObject {
+        for (k, v) in extra {
+            self.0.insert(k.clone(), v.clone());
+        }
+        self
+    }
+    /// The object.
+    pub fn into_value(self) -> Value {
+        Value::Object(self.0)
+    }
+}
+
 /// The `bnconf-case/1` object of a case (FORMAT.md), in its field order: the header's fields
 /// (`param_dtype` where it differs from `dtype`; `momentum`, `momentum_exact` and `convention`
 /// for `running_update`; the extra fields verbatim), then `inputs` as given (the values, or
 /// their names in an `--out-dir` golden.json).
 pub fn case_object_json(h: &CaseHeader, inputs: Value) -> Value {
-    use bnconf_spec::exact::fmt_rational;
-    use serde_json::json;
-    let mut o = serde_json::Map::new();
-    o.insert("format".into(), json!("bnconf-case/1"));
-    o.insert("id".into(), json!(h.id));
-    o.insert("op".into(), json!(h.op.name()));
-    o.insert("layout".into(), json!(h.geom.layout.name()));
-    o.insert("shape".into(), json!(h.geom.shape));
-    o.insert("dtype".into(), json!(h.dtype.name()));
-    if h.param_dtype != h.dtype {
-        o.insert("param_dtype".into(), json!(h.param_dtype.name()));
-    }
-    o.insert("eps".into(), json!(h.eps_text));
-    o.insert("eps_exact".into(), json!(fmt_rational(&h.eps)));
+    let mut o = CaseObject::new(&h.id, h.op, h.geom.layout, &h.geom.shape, h.dtype)
+        .when(h.param_dtype != h.dtype, |o| o.param_dtype(h.param_dtype))
+        .eps(&h.eps_text, Literal::Text)
+        .eps_exact(&h.eps);
     if let (Some(a), Some(conv)) = (&h.params.momentum, h.params.convention) {
         let text = h.momentum_text.clone().unwrap_or_else(|| fmt_rational(a));
-        o.insert("momentum".into(), json!(text));
-        o.insert("momentum_exact".into(), json!(fmt_rational(a)));
-        o.insert("convention".into(), json!(conv.name()));
+        o = o
+            .momentum(&text, Literal::Text)
+            .momentum_exact(a)
+            .convention(conv);
     }
-    for (k, v) in &h.extra {
-        o.insert(k.clone(), v.clone());
-    }
-    o.insert("inputs".into(), inputs);
-    Value::Object(o)
+    o.extra(&h.extra).inputs(inputs).into_value()
 }
 
 /// Read a case file.

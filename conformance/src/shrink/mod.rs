@@ -16,7 +16,7 @@
 pub mod run;
 
 use crate::error::{ConfError, Result};
-use crate::formats::case::{read_case_file, Dtype, InputLimits};
+use crate::formats::case::{read_case_file, CaseObject, Dtype, InputLimits, Literal};
 use crate::formats::golden;
 use crate::formats::npy::write_npy;
 use crate::judge::prepare::Prepared;
@@ -512,39 +512,24 @@ fn write_inputs(case: &SuiteCase, dir: &Path) -> Result<()> {
 /// it, `eps`/`momentum` as the exact decimals, plus `level`, `class`, `target` and
 /// `shrunk_from` (the original case's id).
 pub fn case_file_json(case: &SuiteCase, from: &str) -> Value {
-    let num_of = |t: &str| -> Value {
-        serde_json::from_str::<serde_json::Number>(t)
-            .map(Value::Number)
-            .unwrap_or_else(|_| json!(t))
-    };
-    let mut o = serde_json::Map::new();
-    o.insert("format".into(), json!("bnconf-case/1"));
-    o.insert("id".into(), json!(case.id));
-    o.insert("op".into(), json!(case.op.name()));
-    o.insert("layout".into(), json!(case.layout.name()));
-    o.insert("shape".into(), json!(case.shape));
-    o.insert("dtype".into(), json!(case.dtype.name()));
-    o.insert("eps".into(), num_of(&case.eps));
+    let mut o = CaseObject::new(
+        &case.id,
+        case.op,
+        case.layout,
+        &case.shape,
+        Dtype::Float(case.dtype),
+    )
+    .eps(&case.eps, Literal::NumberOrText);
     if let (Some(a), Some(conv)) = (&case.momentum, case.convention) {
-        o.insert("momentum".into(), num_of(a));
-        o.insert("convention".into(), json!(conv.name()));
+        o = o.momentum(a, Literal::NumberOrText).convention(conv);
     }
-    o.insert("level".into(), json!(case.level.name()));
-    o.insert("class".into(), json!(case.class));
-    o.insert("target".into(), json!(case.target));
-    o.insert("shrunk_from".into(), json!(from));
-    if !case.shard_sizes.is_empty() {
-        o.insert("ranks".into(), json!(case.shard_sizes.len()));
-        o.insert("shard_sizes".into(), json!(case.shard_sizes));
-    }
-    let inputs: serde_json::Map<String, Value> = case
-        .op
-        .inputs()
-        .iter()
-        .map(|&n| (n.to_string(), json!({"npy": format!("{n}.npy")})))
-        .collect();
-    o.insert("inputs".into(), Value::Object(inputs));
-    Value::Object(o)
+    o.level_class_target(case.level.name(), &case.class, &case.target)
+        .shrunk_from(from)
+        .when(!case.shard_sizes.is_empty(), |o| {
+            o.shards(&case.shard_sizes)
+        })
+        .npy_inputs(case.op.inputs().iter().copied())
+        .into_value()
 }
 
 /// What the search found, for the output files and the printed summary.

@@ -5,7 +5,7 @@ use super::level::*;
 use crate::error::{ConfError, Result};
 use crate::fast::exact_f64 as q;
 use crate::fast::FastProblem;
-use crate::formats::case::{Case, Dtype};
+use crate::formats::case::{Case, CaseObject, Dtype, Literal};
 use crate::formats::npy::NpyData;
 use bnconf_spec::exact::round::FloatFormat;
 use bnconf_spec::op::{Convention, Extent, Params};
@@ -150,45 +150,34 @@ impl SuiteCase {
 
     /// `case.json` of the kernel directory protocol (FORMAT.md).
     pub fn protocol_json(&self) -> Value {
-        let eps_num: serde_json::Number =
-            serde_json::from_str(&self.eps).expect("eps is a JSON number literal");
-        let mut v = json!({
-            "format": "bnconf-case/1",
-            "id": self.id,
-            "op": self.op.name(),
-            "layout": self.layout.name(),
-            "shape": self.shape,
-            "dtype": self.dtype.name(),
-            "param_dtype": self.param_dtype.name(),
-            "eps": eps_num,
-            "eps_exact": bnconf_spec::exact::fmt_rational(&bnconf_spec::exact::parse::parse_rational(&self.eps).expect("valid")),
-            "inputs": self.op.inputs(),
-            "outputs": self.op.outputs(),
-            "level": self.level.name(),
-            "class": self.class,
-            "target": self.target,
-        });
-        if self.dtype == FloatFormat::BF16 || self.param_dtype == FloatFormat::BF16 {
-            v.as_object_mut()
-                .expect("object")
-                .insert("bf16_storage".into(), json!("u16-bits"));
-        }
+        let exact = |t: &str, what: &str| {
+            bnconf_spec::exact::parse::parse_rational(t)
+                .unwrap_or_else(|e| panic!("valid {what}: {e:?}"))
+        };
+        let bf16 = self.dtype == FloatFormat::BF16 || self.param_dtype == FloatFormat::BF16;
+        let mut o = CaseObject::new(
+            &self.id,
+            self.op,
+            self.layout,
+            &self.shape,
+            Dtype::Float(self.dtype),
+        )
+        .param_dtype(Dtype::Float(self.param_dtype))
+        .eps(&self.eps, Literal::Number)
+        .eps_exact(&exact(&self.eps, "eps"))
+        .input_names(self.op.inputs())
+        .output_names(self.op.outputs())
+        .level_class_target(self.level.name(), &self.class, &self.target)
+        .when(bf16, CaseObject::bf16_storage);
         if let (Some(a), Some(conv)) = (&self.momentum, self.convention) {
-            let num: serde_json::Number =
-                serde_json::from_str(a).expect("momentum is a JSON number literal");
-            let exact = bnconf_spec::exact::fmt_rational(
-                &bnconf_spec::exact::parse::parse_rational(a).expect("valid momentum"),
-            );
-            let o = v.as_object_mut().expect("object");
-            o.insert("momentum".into(), json!(num));
-            o.insert("momentum_exact".into(), json!(exact));
-            o.insert("convention".into(), json!(conv.name()));
+            o = o
+                .momentum(a, Literal::Number)
+                .momentum_exact(&exact(a, "momentum"))
+                .convention(conv);
         }
-        if !self.shard_sizes.is_empty() {
-            let o = v.as_object_mut().expect("object");
-            o.insert("ranks".into(), json!(self.shard_sizes.len()));
-            o.insert("shard_sizes".into(), json!(self.shard_sizes));
-        }
-        v
+        o.when(!self.shard_sizes.is_empty(), |o| {
+            o.shards(&self.shard_sizes)
+        })
+        .into_value()
     }
 }

@@ -60,10 +60,25 @@ pub fn generate(name: &str, dtypes: &[FloatFormat], seed: u64, filter: &Filter) 
     generate_in(name, &precs, seed, filter)
 }
 
-/// A suite at the default seed, unfiltered (for the unit tests).
+/// A suite at the default seed, unfiltered (for the unit tests): the one shared fixture,
+/// generated once per name and dtypes for the whole test binary (each key in its own
+/// `OnceLock`, so that different suites are generated in parallel and a second caller of the
+/// same one waits for the first).
 #[cfg(test)]
-pub(crate) fn test_suite(name: &str, dtypes: &[FloatFormat]) -> Suite {
-    generate(name, dtypes, DEFAULT_SEED, &Filter::default()).expect("known suite")
+pub(crate) fn test_suite(name: &str, dtypes: &[FloatFormat]) -> &'static Suite {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    type Cache = Mutex<HashMap<(String, Vec<FloatFormat>), &'static OnceLock<Suite>>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    let cell: &'static OnceLock<Suite> = CACHE
+        .get_or_init(Cache::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry((name.to_string(), dtypes.to_vec()))
+        .or_insert_with(|| Box::leak(Box::default()));
+    cell.get_or_init(|| {
+        generate(name, dtypes, DEFAULT_SEED, &Filter::default()).expect("known suite")
+    })
 }
 
 /// Generate suite `name` in the precisions given. A mixed precision's cases are drawn as the
