@@ -707,7 +707,7 @@ pub fn parse_case(v: &Value, base: &Path, lim: &InputLimits) -> Result<Case> {
             Extent::Channel => (vec![geom.c], geom.c),
             Extent::Shards => (vec![geom.m], geom.m),
         };
-        let in_dtype = if bnconf_impl::is_activation(name) {
+        let in_dtype = if bnconf_spec::tensor::is_activation(name) {
             dtype
         } else {
             param_dtype
