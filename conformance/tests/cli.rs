@@ -218,7 +218,7 @@ fn protocol_known_bad_missing_malformed_and_unsupported() {
 
 #[test]
 fn kernel_errors_are_reported_with_their_message() {
-    // FORMAT.md, "Added in bnconf 0.4: kernel errors": `out/error` holds the kernel's message;
+    // FORMAT.md, "Added in bnconf 0.3: kernel errors": `out/error` holds the kernel's message;
     // the case does not conform and every report says "kernel error: <message>", never
     // "missing". It wins over `out/unsupported` and over outputs beside it.
     let d = tmpdir("kernel-error");

@@ -249,7 +249,7 @@ pub(crate) fn refusal(out: &Path, rel: &str) -> Option<Written> {
 }
 
 /// `out/error` of a case (or rank) directory, if present: the kernel's message (FORMAT.md,
-/// "Added in bnconf 0.4: kernel errors"), or why it could not be read.
+/// "Added in bnconf 0.3: kernel errors"), or why it could not be read.
 fn kernel_error(out: &Path, rel: &str) -> Option<std::result::Result<String, String>> {
     let file = out.join("error");
     file.symlink_metadata().ok()?;
