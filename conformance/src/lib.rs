@@ -43,6 +43,7 @@ pub mod fuzzing;
 pub mod judge;
 pub mod par;
 pub mod peers;
+pub mod precision;
 pub mod protocol;
 pub mod report;
 pub mod shrink;

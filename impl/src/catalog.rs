@@ -120,6 +120,18 @@ fn recipes() -> Vec<Recipe> {
             ..TWOPASS_NATIVE
         },
         Recipe {
+            name: "twopass-storage",
+            description: "The textbook two-pass (mean = Σ(x/m), then Σ((x-mean)²/m); sums \
+                          pairwise, each term scaled by 1/m first so no sum overflows) with \
+                          every operation in the storage precision: f16 and bf16 data are \
+                          summed, squared and normalised in f16 (bf16) with no wider \
+                          accumulator; f32 and f64 (and mixed precision, whose statistics \
+                          are f32) in f32/f64.",
+            working_type: WorkingType::Storage,
+            moments: Moments::TwoPassScaled,
+            ..TWOPASS_NATIVE
+        },
+        Recipe {
             moments: Moments::OnePass,
             ..bad(
                 "bad-onepass-var",
@@ -246,6 +258,38 @@ fn recipes() -> Vec<Recipe> {
             )
         },
         Recipe {
+            defect: Some(Defect::DoubledVar),
+            ..bad(
+                "bad-var-doubled",
+                "KNOWN BAD: the variance it computes is twice the batch variance (forward's \
+                 var, the normalisation of forward and backward, running_update's batch \
+                 variance): y and dx off by about 1/sqrt(2) where var >> eps. The control \
+                 that the budget is sharp: every case whose channels are not all constant \
+                 rejects it. Otherwise twopass-native.",
+                OWN_VAR,
+            )
+        },
+        Recipe {
+            defect: Some(Defect::RstdOff25),
+            ..bad(
+                "bad-rstd-off25",
+                "KNOWN BAD: r = 1.25/sqrt(var + eps), the normalisation 25 % off, in every \
+                 op. Otherwise twopass-native.",
+                ALL_OPS,
+            )
+        },
+        Recipe {
+            moments: Moments::WelfordHalfCount,
+            ..bad(
+                "bad-welford-f16-count",
+                "KNOWN BAD: Welford's update over the whole channel with its cell counter \
+                 held in f16, which sticks at 2048: on channels of more than 2048 cells (the \
+                 scale suite) the mean is a moving average and var = M2/n far too large. \
+                 Otherwise twopass-native (f32 working precision for half data).",
+                OWN_VAR,
+            )
+        },
+        Recipe {
             defect: Some(Defect::SwappedMomentum),
             ..bad(
                 "bad-swapped-momentum",
@@ -311,4 +355,16 @@ pub fn all_kernels() -> Vec<Box<dyn Kernel>> {
 /// The kernel called `name`, if any.
 pub fn kernel_by_name(name: &str) -> Option<Box<dyn Kernel>> {
     all_kernels().into_iter().find(|k| k.name() == name)
+}
+
+/// The kernel called `name` computing in f64 whatever the dtype (outputs still rounded to
+/// the dtype once): a known-bad kernel's defect without the rounding noise of a narrower
+/// working type, as the generator's sharpness controls need it (`suite::discriminating`).
+pub fn kernel_in_f64(name: &str) -> Option<Box<dyn Kernel>> {
+    recipes().into_iter().find(|r| r.name == name).map(|r| {
+        Box::new(Recipe {
+            working_type: WorkingType::F64,
+            ..r
+        }) as Box<dyn Kernel>
+    })
 }

@@ -17,7 +17,7 @@ mod replicated;
 mod stats;
 mod vocab;
 
-pub use catalog::{all_kernels, kernel_by_name};
+pub use catalog::{all_kernels, kernel_by_name, kernel_in_f64};
 pub use kernel::{Case, Expected, Kernel, Outputs, Params, Unsupported};
 pub use layout::{channel_cells, channel_dims};
 pub use recipe::validate;

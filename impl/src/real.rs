@@ -54,6 +54,58 @@ macro_rules! impl_real {
 impl_real!(f32);
 impl_real!(f64);
 
+/// A value held in a 16-bit storage type (f16 when `BF16` is false, bf16 when true): every
+/// operation is done in f64 and its result correctly rounded back to the storage type, so a
+/// kernel written against [`Real`] computes entirely in the storage precision (the textbook
+/// kernel that a half-precision library with no wider accumulator is).
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+pub(crate) struct Stored<const BF16: bool>(f64);
+
+impl<const BF16: bool> Stored<BF16> {
+    fn r(v: f64) -> Self {
+        Stored(round_to(if BF16 { Dtype::BF16 } else { Dtype::F16 }, v))
+    }
+}
+
+macro_rules! stored_op {
+    ($tr:ident, $f:ident, $op:tt) => {
+        impl<const BF16: bool> $tr for Stored<BF16> {
+            type Output = Self;
+            fn $f(self, o: Self) -> Self {
+                Self::r(self.0 $op o.0)
+            }
+        }
+    };
+}
+stored_op!(Add, add, +);
+stored_op!(Sub, sub, -);
+stored_op!(Mul, mul, *);
+stored_op!(Div, div, /);
+
+impl<const BF16: bool> Neg for Stored<BF16> {
+    type Output = Self;
+    fn neg(self) -> Self {
+        Stored(-self.0)
+    }
+}
+
+impl<const BF16: bool> Real for Stored<BF16> {
+    const ZERO: Self = Stored(0.0);
+    const ONE: Self = Stored(1.0);
+    fn of(v: f64) -> Self {
+        Self::r(v)
+    }
+    fn to_f64(self) -> f64 {
+        self.0
+    }
+    fn sqrt(self) -> Self {
+        Self::r(self.0.sqrt())
+    }
+    fn mul_add(self, a: Self, b: Self) -> Self {
+        Self::r(self.0.mul_add(a.0, b.0))
+    }
+}
+
 /// `v` rounded to `f32` with round-to-odd: exact results stay, inexact ones land on the
 /// neighbour whose last significand bit is 1. Rounding this to any format with at least two
 /// fewer significand bits (f16, bf16) gives the correctly rounded result of `v` itself, with

@@ -4,7 +4,7 @@
 //! to the case dtype at the end.
 
 use crate::layout::{channel_cells, channel_dims};
-use crate::real::Real;
+use crate::real::{Real, Stored};
 use crate::stats::{Moments, Summation, WelfordState};
 use crate::{Case, Dtype, Expected, Kernel, Op, Outputs, Unsupported};
 
@@ -15,6 +15,10 @@ pub(crate) enum WorkingType {
     F64,
     /// The dtype's own working type: f64 for f64, f32 for f32, f16 and bf16.
     Native,
+    /// The storage dtype itself: f64 for f64, f32 for f32, and every operation rounded to f16
+    /// (bf16) for f16 (bf16) data, with no wider accumulator. Mixed precision stores its
+    /// statistics in f32 and so computes in f32.
+    Storage,
 }
 
 /// How `var = m2 - mean²` is formed in the sync ops.
@@ -61,6 +65,11 @@ pub(crate) enum Defect {
     /// `eps` held in f16 (as a kernel that stores its scalar arguments in the storage type
     /// would): 1e-5 becomes 1.0014e-5, 0.1 becomes 0.09998.
     EpsHalf,
+    /// The variance it computes is twice the batch variance (so `y`, `dx` are off by about
+    /// `1/sqrt(2)` where `var >> eps`): the control that a budget must be sharp enough to reject.
+    DoubledVar,
+    /// `r = 1.25 / sqrt(var + eps)`: the normalisation 25 % off.
+    RstdOff25,
 }
 
 pub(crate) struct Recipe {
@@ -92,6 +101,7 @@ impl Kernel for Recipe {
     fn defect_suite(&self) -> &'static str {
         match self.moments {
             Moments::Blocked { flaw, .. } if flaw != crate::stats::BlockFlaw::None => "scale",
+            Moments::WelfordHalfCount => "scale",
             _ => "default",
         }
     }
@@ -102,6 +112,16 @@ impl Kernel for Recipe {
             WorkingType::F64 => Driver::<f64>::new(self, case).run(&cells),
             WorkingType::Native if native_f64 => Driver::<f64>::new(self, case).run(&cells),
             WorkingType::Native => Driver::<f32>::new(self, case).run(&cells),
+            // Mixed precision stores its statistics in f32: no half-only accumulation there.
+            WorkingType::Storage if case.param_dtype != case.dtype => {
+                Driver::<f32>::new(self, case).run(&cells)
+            }
+            WorkingType::Storage => match case.dtype {
+                Dtype::F32 => Driver::<f32>::new(self, case).run(&cells),
+                Dtype::F16 => Driver::<Stored<false>>::new(self, case).run(&cells),
+                Dtype::BF16 => Driver::<Stored<true>>::new(self, case).run(&cells),
+                Dtype::F64 => Driver::<f64>::new(self, case).run(&cells),
+            },
         })
     }
 }
@@ -287,10 +307,10 @@ impl<'a, A: Real> Driver<'a, A> {
             .moments
             .mean_var(self.r.summation, self.case.dtype, x);
         let m = x.len();
-        if self.r.defect == Some(Defect::UnbiasedVar) && m > 1 {
-            (mean, var * A::count(m) / A::count(m - 1))
-        } else {
-            (mean, var)
+        match self.r.defect {
+            Some(Defect::UnbiasedVar) if m > 1 => (mean, var * A::count(m) / A::count(m - 1)),
+            Some(Defect::DoubledVar) => (mean, var + var),
+            _ => (mean, var),
         }
     }
 
@@ -364,6 +384,18 @@ impl<'a, A: Real> Driver<'a, A> {
                     ("var", vec![var]),
                 ];
             }
+            (_, Moments::TwoPassScaled) => {
+                // Weights first (w_r = n_r/N), so no product n_r·m2_r leaves a half type's
+                // range.
+                let w: Vec<A> = counts.iter().map(|&c| c / n).collect();
+                let mean = self.sum(r, |i| w[i] * means[i]);
+                let m2 = self.sum(r, |i| w[i] * m2s[i]);
+                return vec![
+                    ("mean", vec![mean]),
+                    ("m2", vec![m2]),
+                    ("var", vec![self.sync_var(mean, m2)]),
+                ];
+            }
             _ => {
                 let m2 = self.sum(r, |i| counts[i] * m2s[i]) / n;
                 (m2, self.sync_var(mean, m2))
@@ -383,6 +415,7 @@ impl<'a, A: Real> Driver<'a, A> {
     fn inv_std(&self, var: A) -> A {
         match self.r.defect {
             Some(Defect::EpsOutsideSqrt) => A::ONE / (var.sqrt() + self.eps),
+            Some(Defect::RstdOff25) => A::of(1.25) / (var + self.eps).sqrt(),
             Some(Defect::Rsqrt12) => A::of(truncate_to_12_bits(
                 (A::ONE / (var + self.eps).sqrt()).to_f64(),
             )),

@@ -75,6 +75,10 @@ fn abs<A: Real>(v: A) -> A {
 pub(crate) enum Moments {
     /// `mean = Σx/m`, then `var = Σ(x-mean)²/m`.
     TwoPass,
+    /// `mean = Σ(x·(1/m))`, then `var = Σ((x-mean)²·(1/m))`: the two-pass with every term
+    /// scaled before it is summed, so that no partial sum leaves a half type's range (24 f16
+    /// cells of 3000 sum past 65504).
+    TwoPassScaled,
     /// Welford's update over chunks of `chunk` cells, chunks combined with Chan et al.'s
     /// pairwise merge, left to right.
     Welford { chunk: usize },
@@ -84,6 +88,10 @@ pub(crate) enum Moments {
     /// block's `(count, mean, M2)` by two passes, the blocks merged with Chan's formula as a
     /// balanced tree. `flaw` plants a block-merge defect.
     Blocked { block: usize, flaw: BlockFlaw },
+    /// DEFECT: Welford's update over the whole channel, left to right, with its cell counter
+    /// held in f16 (`n = f16(n + 1)`): the counter sticks at 2048, so on channels of more than
+    /// 2048 cells the mean becomes a moving average and `var = M2/n` is many times too large.
+    WelfordHalfCount,
 }
 
 /// Block-merge defects of [`Moments::Blocked`].
@@ -174,6 +182,15 @@ impl Moments {
                 });
                 (mean, ss / m)
             }
+            Moments::TwoPassScaled => {
+                let w = A::ONE / m;
+                let mean = sum.sum(dtype, x.len(), |i| x[i] * w);
+                let var = sum.sum(dtype, x.len(), |i| {
+                    let d = x[i] - mean;
+                    d * d * w
+                });
+                (mean, var)
+            }
             Moments::Welford { chunk } => {
                 let chunks = x.chunks(chunk.max(1)).map(WelfordState::of_chunk).collect();
                 let s = WelfordState::tree_merge(chunks).expect("a channel is never empty");
@@ -213,6 +230,16 @@ impl Moments {
                 .expect("a channel is never empty");
                 // The count is the merged one (fewer cells than m when the tail is dropped).
                 (s.mean, s.m2 / s.n)
+            }
+            Moments::WelfordHalfCount => {
+                let (mut n, mut mean, mut m2) = (A::ZERO, A::ZERO, A::ZERO);
+                for &v in x {
+                    n = A::of(Dtype::F16.round((n + A::ONE).to_f64()));
+                    let d = v - mean;
+                    mean = mean + d / n;
+                    m2 = m2 + d * (v - mean);
+                }
+                (mean, m2 / n)
             }
             Moments::OnePass => {
                 let mean = sum.sum(dtype, x.len(), |i| x[i]) / m;

@@ -118,7 +118,7 @@ impl Prepared {
         Ok(worst_of(
             name,
             &ratios,
-            self.k,
+            (self.k, u),
             vals,
             |i| self.exact_at(name, i),
             &self.budgets[name],
@@ -163,7 +163,7 @@ mod tests {
             let n = ratios.len();
             let vals: Vec<f64> = (0..n).map(|i| i as f64 + 0.5).collect();
             let exact = |i: usize| QSqrt::int(i as i64);
-            let o = worst_of("y", ratios, k, &vals, exact, &vec![b; n]);
+            let o = worst_of("y", ratios, (k, 1.0), &vals, exact, &vec![b; n]);
             assert_eq!(o.len, n);
             assert_eq!(o.actual, vals[o.index]);
             assert_eq!(o.expected, o.index.to_string());

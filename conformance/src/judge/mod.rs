@@ -7,7 +7,6 @@
 //! a replicated case from its ranks' outputs), [`diagnosis`] (the known-bad kernels run on the
 //! failing cases), [`gate`] (CI gating on an expectations file).
 
-pub mod budget;
 pub mod check;
 pub mod diagnosis;
 pub mod gate;
@@ -16,6 +15,8 @@ pub mod ranks;
 pub mod replicated;
 pub mod verdict;
 
+/// The budget lives in the precision table, below the generator (`crate::precision`).
+pub use crate::precision::budget;
 pub use check::run_kernel;
 pub use prepare::{prepare, Prepared};
 pub use verdict::{summarize, CaseResult, OutputResult, Summary, Verdict};

@@ -93,7 +93,7 @@ impl Prepared {
                     let ratios: Vec<f64> = (0..v.len())
                         .map(|i| b[i].ratio(v[i], &gold[i], u))
                         .collect();
-                    let mut o = worst_of(name, &ratios, self.k, v, |i| gold[i].clone(), b);
+                    let mut o = worst_of(name, &ratios, (self.k, u), v, |i| gold[i].clone(), b);
                     o.rank = Some(r);
                     outs.push(o);
                 }

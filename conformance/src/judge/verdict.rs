@@ -57,6 +57,10 @@ pub struct OutputResult {
     /// Replicated cases: the rank whose copy this is (per-channel outputs), or the rank holding
     /// the worst element (per-element outputs, judged over the concatenated shards).
     pub rank: Option<usize>,
+    /// How sharp the verdict is: the largest error the gate accepts on any element,
+    /// `max_i k·u·(cond_i + mag_i + u·mag2_i)`, relative to the output's scale (the largest
+    /// finite `|value|` the kernel returned; `inf` when that is 0 and some allowance is not).
+    pub allowed_rel: f64,
 }
 
 /// The result of one case.
@@ -92,7 +96,7 @@ pub struct CaseResult {
 pub(crate) fn worst_of(
     name: &str,
     ratios: &[f64],
-    k: f64,
+    (k, u): (f64, f64),
     vals: &[f64],
     exact_at: impl Fn(usize) -> QSqrt,
     budgets: &[ElementBudget],
@@ -119,6 +123,24 @@ pub(crate) fn worst_of(
         n_over,
         len: vals.len(),
         rank: None,
+        allowed_rel: allowed_rel(vals, budgets, k, u),
+    }
+}
+
+/// [`OutputResult::allowed_rel`]: `max_i k·u·total_i(u)` over the largest finite `|vals_i|`.
+pub fn allowed_rel(vals: &[f64], budgets: &[ElementBudget], k: f64, u: f64) -> f64 {
+    let allowed = budgets
+        .iter()
+        .map(|b| k * u * b.total(u))
+        .fold(0f64, f64::max);
+    let scale = vals
+        .iter()
+        .filter(|v| v.is_finite())
+        .fold(0f64, |a, v| a.max(v.abs()));
+    if allowed == 0.0 {
+        0.0
+    } else {
+        allowed / scale
     }
 }
 
@@ -126,6 +148,15 @@ impl CaseResult {
     /// Whether the case conforms.
     pub fn conforms(&self) -> bool {
         self.verdict == Verdict::Pass
+    }
+
+    /// How sharp the verdict is: the largest [`OutputResult::allowed_rel`] of its outputs (0
+    /// when none was judged).
+    pub fn allowed_rel(&self) -> f64 {
+        self.outputs
+            .iter()
+            .map(|o| o.allowed_rel)
+            .fold(0f64, |a, v| if v.is_nan() { a } else { a.max(v) })
     }
 }
 

@@ -208,11 +208,13 @@ fn op_plot(op: &str, dtype: &str, rs: &[&CaseResult]) -> String {
                     Verdict::Unsupported(w) => format!("{}: unsupported ({w})", r.id),
                     Verdict::Malformed(w) => format!("{}: MALFORMED ({w})", r.id),
                     _ => format!(
-                        "{}: {} worst ratio {} (k = {:.1})",
+                        "{}: {} worst ratio {} (k = {:.1}); the gate accepts errors up to {} of \
+                         the output's scale",
                         r.id,
                         r.verdict.name(),
                         fmt_ratio(r.worst_ratio),
-                        r.k
+                        r.k,
+                        fmt_rel(r.allowed_rel())
                     ),
                 };
                 match r.verdict {
@@ -686,4 +688,13 @@ pub fn render(ctx: &Context, prepared: &[Prepared]) -> String {
 /// `--html FILE.html`.
 pub fn write(path: &Path, ctx: &Context, prepared: &[Prepared]) -> Result<()> {
     write_bytes(path, render(ctx, prepared).as_bytes())
+}
+
+/// A relative allowance as a percentage (`inf` as is).
+fn fmt_rel(v: f64) -> String {
+    if v.is_finite() {
+        format!("{:.3}%", 100.0 * v)
+    } else {
+        format!("{v}")
+    }
 }

@@ -16,7 +16,8 @@ impl CaseResult {
                        "expected_f64": hexf(o.expected_f64), "actual": hexf(o.actual), "cond": num(o.budget.cond),
                        "mag": num(o.budget.mag), "mag2": num(o.budget.mag2), "elements_over": o.n_over,
                        "elements": o.len,
-                       "actual_over_expected": actual_over_expected(o).map(num)});
+                       "actual_over_expected": actual_over_expected(o).map(num),
+                       "allowed_rel": num(o.allowed_rel)});
                 if let Some(r) = o.rank {
                     v["rank"] = json!(r); // replicated cases (FORMAT.md "Replicated suites")
                 }
@@ -29,7 +30,8 @@ impl CaseResult {
         };
         json!({"id": self.id, "op": self.op, "layout": self.layout, "dtype": self.dtype, "level": self.level.name(),
                "class": self.class, "verdict": self.verdict.name().to_lowercase(), "reason": reason,
-               "worst_ratio": num(self.worst_ratio), "k": self.k, "outputs": outs})
+               "worst_ratio": num(self.worst_ratio), "k": self.k, "allowed_rel": num(self.allowed_rel()),
+               "outputs": outs})
     }
 }
 

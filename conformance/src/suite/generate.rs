@@ -3,6 +3,7 @@
 
 use super::case::*;
 use super::classes::*;
+use super::discriminating::non_discriminating;
 use super::ill_posed::*;
 use super::level::*;
 use super::rng::*;
@@ -103,7 +104,7 @@ pub fn generate_in(
     };
     if let Some((generated, why_not)) = own {
         for case in generated {
-            match why_not(&case) {
+            match why_not(&case).or_else(|| non_discriminating(&case)) {
                 Some(why) => excluded.push((case.id, why)),
                 None => cases.push(case),
             }
@@ -162,7 +163,7 @@ pub fn generate_in(
                         ));
                         continue;
                     }
-                    match ill_posed(&case) {
+                    match ill_posed(&case).or_else(|| non_discriminating(&case)) {
                         Some(why) => excluded.push((id, why)),
                         None => cases.push(case),
                     }

@@ -6,8 +6,14 @@ use bnconf_spec::{Geometry, Op, Rational};
 
 /// Whether a case is ill-posed in its dtype (docs/DESIGN.md §3), decided exactly: with
 /// `cond_q = Σ_j |∂q/∂in_j|·|in_j|` the sensitivity of `q = var + eps` (per channel) to
-/// relative perturbations of the inputs, the case is ill-posed when `u·cond_q ≥ q/2`, or
-/// when `q ≤ 0` (undefined). Returns the reason.
+/// relative perturbations of the inputs, the case is ill-posed when `u·cond_q ≥ q/2` (the
+/// first-order move of all inputs together), when a relative move of `u` of **one** input
+/// moves `q` by `q/2` or more — decided exactly, not linearised: `q` is quadratic in each
+/// input, so moving `x_j` to `x_j·(1 + t)` changes it by `2t·x_j·d_j/m + t²·x_j²·(m−1)/m²`
+/// (`d_j = x_j − mean`), largest at `|t| = u`: `2u·|x_j·d_j|/m + u²·x_j²·(m−1)/m²` (a constant
+/// channel, where `∂q/∂x` vanishes, is ill-posed when `u²·x²·(m−1)/m² ≥ (var + eps)/2`: a
+/// half type that cannot hold its cells apart) — or when `q ≤ 0` (undefined). Returns the
+/// reason.
 pub fn ill_posed(case: &SuiteCase) -> Option<String> {
     if matches!(case.op, Op::Forward | Op::Backward) {
         return ill_posed_batch(case);
@@ -32,22 +38,45 @@ pub(super) fn ill_posed_exact(case: &SuiteCase) -> Option<String> {
     for c in 0..p.geom.c {
         let inp = p.channel_inputs(c).ok()?;
         let one = |k: &str| inp.values[k][0].clone();
-        let (qv, cond) = match case.op {
+        let uq = QSqrt::rational(u.clone());
+        // q, cond_q, and the largest move of q by one input's relative move of u.
+        let (qv, cond, one_move) = match case.op {
             Op::Forward | Op::Backward => {
                 let x = &inp.values["x"];
                 let (mu, var) = bnconf_spec::channel::batch_stats(x);
                 let m = QSqrt::int(x.len() as i64);
                 let mut s = QSqrt::int(0);
+                let mut worst = QSqrt::int(0);
                 for v in x {
-                    s = s + &(&(v - &mu).abs() * &v.abs());
+                    let t = &(v - &mu).abs() * &v.abs();
+                    s = s + &t;
+                    // 2u·|x_j·d_j|/m + u²·x_j²·(m−1)/m²
+                    let mv = &(&(&QSqrt::int(2) * &uq) * &t) / &m
+                        + &(&(&(&(&uq * &uq) * &(v * v)) * &(&m - &QSqrt::int(1))) / &(&m * &m));
+                    if (&mv - &worst).signum() > 0 {
+                        worst = mv;
+                    }
                 }
-                (&var + &eps, &(&QSqrt::int(2) * &s) / &m)
+                (&var + &eps, &(&QSqrt::int(2) * &s) / &m, worst)
             }
-            Op::Eval => (&one("var") + &eps, one("var").abs()),
+            Op::Eval => (
+                &one("var") + &eps,
+                one("var").abs(),
+                &uq * &one("var").abs(),
+            ),
             Op::SyncForward | Op::SyncBackward => {
                 let (mu, m2) = (one("mean"), one("m2"));
                 let var = bnconf_spec::channel::sync_var(&mu, &m2);
-                (&var + &eps, &m2.abs() + &(&QSqrt::int(2) * &(&mu * &mu)))
+                // mean·(1+t): q moves by (2t + t²)·mean²; m2·(1+t): by t·m2.
+                let mu2 = &mu * &mu;
+                let by_mean = &(&(&QSqrt::int(2) * &uq) + &(&uq * &uq)) * &mu2;
+                let by_m2 = &uq * &m2.abs();
+                let worst = if (&by_mean - &by_m2).signum() > 0 {
+                    by_mean
+                } else {
+                    by_m2
+                };
+                (&var + &eps, &m2.abs() + &(&QSqrt::int(2) * &mu2), worst)
             }
             // No square root: nothing is ill-posed.
             Op::RunningUpdate | Op::SyncStats => return None,
@@ -55,13 +84,21 @@ pub(super) fn ill_posed_exact(case: &SuiteCase) -> Option<String> {
         if qv.signum() <= 0 {
             return Some(format!("channel {c}: var + eps = {} <= 0", qv));
         }
-        let lhs = &QSqrt::rational(u.clone()) * &cond;
+        let lhs = &uq * &cond;
         let rhs = &qv / &QSqrt::int(2);
         if (&lhs - &rhs).signum() >= 0 {
             return Some(format!("channel {c}: u*cond(var+eps) >= (var+eps)/2"));
         }
+        if (&one_move - &rhs).signum() >= 0 {
+            return Some(one_input_reason(c));
+        }
     }
     None
+}
+
+/// The reason given when one input's relative move of `u` moves `q` by half of itself.
+fn one_input_reason(c: usize) -> String {
+    format!("channel {c}: one input moved by u (relatively) moves var+eps by >= (var+eps)/2")
 }
 
 /// `x = X·2^E` exactly for every value (`E` the least exponent among them; `X` integers).
@@ -115,6 +152,16 @@ pub(super) fn ill_posed_batch(case: &SuiteCase) -> Option<String> {
                 Rational::new(num, den << (-2 * e) as usize)
             }
         };
+        // The largest single-input move of q, times 2^(2p)·m²/2^(2E): with u = 2^-p,
+        // max_j 2·2^p·|X_j|·|m·X_j − S| + X_j²·(m − 1).
+        let p = case.dtype.precision();
+        let mut worst = BigInt::zero();
+        for v in &ints {
+            let t = ((v.abs() * (&m * v - &s).abs()) << (p as usize + 1)) + v * v * (&m - 1);
+            if t > worst {
+                worst = t;
+            }
+        }
         let qv = scaled(&m * &s2 - &s * &s) + &eps;
         let cond = scaled(abs_sum * 2);
         if !qv.is_positive() {
@@ -123,8 +170,12 @@ pub(super) fn ill_posed_batch(case: &SuiteCase) -> Option<String> {
                 QSqrt::rational(qv)
             ));
         }
-        if &u * &cond >= &qv / Rational::from_integer(2.into()) {
+        let half_q = &qv / Rational::from_integer(2.into());
+        if &u * &cond >= half_q {
             return Some(format!("channel {c}: u*cond(var+eps) >= (var+eps)/2"));
+        }
+        if &u * &u * scaled(worst) >= half_q {
+            return Some(one_input_reason(c));
         }
     }
     None

@@ -16,6 +16,7 @@
 
 pub mod case;
 pub mod classes;
+pub mod discriminating;
 pub mod generate;
 pub mod ill_posed;
 pub mod level;

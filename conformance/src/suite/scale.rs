@@ -217,6 +217,21 @@ pub fn ill_posed(case: &SuiteCase) -> Option<String> {
         }
         let q = var / m + eps;
         let lhs = u * 2.0 * cond / m;
+        // One cell's relative move of u (the exact rule of `super::ill_posed`, quadratic term
+        // included), with the same margin.
+        let one = (0..g.m)
+            .map(|k| {
+                let v = x[g.offset(c, k)];
+                2.0 * u * (v * (v - mean)).abs() / m + u * u * v * v * (m - 1.0) / (m * m)
+            })
+            .fold(0f64, f64::max);
+        if one >= q / 8.0 {
+            return Some(format!(
+                "channel {c}: one cell moved by u (relatively) moves var+eps by {one:.3e}, \
+                 not below (var+eps)/8 = {:.3e}",
+                q / 8.0
+            ));
+        }
         if lhs >= q / 8.0 {
             return Some(format!(
                 "channel {c}: u*cond(var+eps) = {lhs:.3e} is not below (var+eps)/8 = {:.3e}",
