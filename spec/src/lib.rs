@@ -26,6 +26,6 @@ pub mod tensor;
 pub mod vjp;
 
 pub use error::SpecError;
-pub use exact::{QSqrt, Rational};
+pub use exact::{QSqrt, Rational, SumOfRoots};
 pub use layout::{Geometry, Layout};
 pub use op::{Op, Problem};
