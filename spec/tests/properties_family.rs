@@ -10,8 +10,10 @@
 mod common;
 
 use bnconf_spec::exact::{QSqrt, Rational, SumOfRoots};
-use bnconf_spec::family::vjp::{normalize_vjp_beta, normalize_vjp_gamma, normalize_vjp_x};
-use bnconf_spec::family::{self as fam, Affine, ChannelLayout, Grouping, Norm, RmsConvention};
+use bnconf_spec::family::vjp::{normalize_vjp_param, normalize_vjp_x, Param};
+use bnconf_spec::family::{
+    self as fam, Affine, ChannelLayout, Grouping, Inputs, Norm, RmsConvention,
+};
 use bnconf_spec::per_channel as pc;
 use bnconf_spec::{Geometry, Layout, SpecError};
 use common::*;
@@ -252,9 +254,10 @@ proptest! {
     fn closed_forms_equal_jt_dy(c in any_case()) {
         let (g, x, dy, eps) = (c.g(), c.x(), c.dy(), c.eps());
         let (gamma, beta) = (c.gamma(), c.beta());
-        let fwd = fam::normalize(&g, &c.norm, &x, gamma.as_deref(), beta.as_deref(), &eps);
-        let closed = fam::normalize_backward(&g, &c.norm, &x, &dy, gamma.as_deref(), &eps);
-        let jx = normalize_vjp_x(&g, &c.norm, &x, gamma.as_deref(), beta.as_deref(), &eps, &dy);
+        let inp = Inputs { x: &x, gamma: gamma.as_deref(), beta: beta.as_deref(), eps: &eps };
+        let fwd = fam::normalize(&g, &c.norm, inp);
+        let closed = fam::normalize_backward(&g, &c.norm, inp, &dy);
+        let jx = normalize_vjp_x(&g, &c.norm, inp, &dy);
         if c1_fails(&c) {
             for e in [fwd.map(|_| ()), closed.map(|_| ()), jx.map(|_| ())] {
                 prop_assert!(matches!(e, Err(SpecError::NonPositiveVariance { .. })),
@@ -265,9 +268,9 @@ proptest! {
         let closed = closed.map_err(|e| TestCaseError::fail(format!("{c:?}: {e}")))?;
         let jx = jx.map_err(|e| TestCaseError::fail(format!("{c:?}: {e}")))?;
         prop_assert_eq!(&closed.dx, &jx, "dx vs Jᵀdy: {:?}", c);
-        let jg = normalize_vjp_gamma(&g, &c.norm, &x, gamma.as_deref(), beta.as_deref(), &eps, &dy)
+        let jg = normalize_vjp_param(&g, &c.norm, inp, &dy, Param::Gamma)
             .map_err(|e| TestCaseError::fail(format!("{c:?}: {e}")))?;
-        let jb = normalize_vjp_beta(&g, &c.norm, &x, gamma.as_deref(), beta.as_deref(), &eps, &dy)
+        let jb = normalize_vjp_param(&g, &c.norm, inp, &dy, Param::Beta)
             .map_err(|e| TestCaseError::fail(format!("{c:?}: {e}")))?;
         prop_assert_eq!(closed.dgamma.is_some(), c.norm.affine.has_weight());
         prop_assert_eq!(closed.dbeta.is_some(), c.norm.affine.has_bias());
@@ -301,27 +304,26 @@ proptest! {
         let (g, x, dy, eps) = (c.g(), c.x(), c.dy(), c.eps());
         let (gamma, beta) = (c.gamma(), c.beta());
         let (ga, be) = (gamma.as_deref(), beta.as_deref());
-        let core_f = fam::normalize(&g, &c.norm, &x, ga, be, &eps);
-        let core_b = fam::normalize_backward(&g, &c.norm, &x, &dy, ga, &eps);
+        let inp = Inputs { x: &x, gamma: ga, beta: be, eps: &eps };
+        let core_f = fam::normalize(&g, &c.norm, inp);
+        let core_b = fam::normalize_backward(&g, &c.norm, inp, &dy);
         prop_assert_eq!(core_f.is_err(), c1_fails(&c));
         let (named_f, named_b) = match (&c.shape, c.norm.op) {
             (Shape::Last { shape, k }, "layer_norm") => (
-                fam::layer_norm(shape, *k, c.norm.affine, &x, ga, be, &eps),
-                fam::layer_norm_backward(shape, *k, c.norm.affine, &x, &dy, ga, &eps),
+                fam::layer_norm(shape, *k, c.norm.affine, inp),
+                fam::layer_norm_backward(shape, *k, c.norm.affine, inp, &dy),
             ),
             (Shape::Last { shape, k }, "rms_norm") => (
-                fam::rms_norm(shape, *k, c.norm.affine, c.norm.convention, &x, ga, &eps),
-                fam::rms_norm_backward(shape, *k, c.norm.affine, c.norm.convention, &x, &dy, ga,
-                    &eps),
+                fam::rms_norm(shape, *k, c.norm.affine, c.norm.convention, inp),
+                fam::rms_norm_backward(shape, *k, c.norm.affine, c.norm.convention, inp, &dy),
             ),
             (Shape::Group { layout, shape, groups }, _) => (
-                fam::group_norm(*layout, shape, *groups, c.norm.affine, &x, ga, be, &eps),
-                fam::group_norm_backward(*layout, shape, *groups, c.norm.affine, &x, &dy, ga,
-                    &eps),
+                fam::group_norm(*layout, shape, *groups, c.norm.affine, inp),
+                fam::group_norm_backward(*layout, shape, *groups, c.norm.affine, inp, &dy),
             ),
             (Shape::Batch { layout, shape }, _) => (
-                fam::batch_norm(*layout, shape, &x, ga.unwrap(), be.unwrap(), &eps),
-                fam::batch_norm_backward(*layout, shape, &x, &dy, ga.unwrap(), &eps),
+                fam::batch_norm(*layout, shape, inp),
+                fam::batch_norm_backward(*layout, shape, inp, &dy),
             ),
             other => panic!("unexpected {other:?}"),
         };
@@ -395,8 +397,9 @@ proptest! {
         prop_assert_eq!(flat, geom.to_mat_perm());
         let (x, dy, eps) = (c.x(), c.dy(), c.eps());
         let (gamma, beta) = (c.gamma().unwrap(), c.beta().unwrap());
-        let f = fam::batch_norm(*layout, shape, &x, &gamma, &beta, &eps);
-        let b = fam::batch_norm_backward(*layout, shape, &x, &dy, &gamma, &eps);
+        let inp = Inputs { x: &x, gamma: Some(&gamma), beta: Some(&beta), eps: &eps };
+        let f = fam::batch_norm(*layout, shape, inp);
+        let b = fam::batch_norm_backward(*layout, shape, inp, &dy);
         let (xm, dym) = (geom.to_mat(&x), geom.to_mat(&dy));
         // Errors included: (C1) names the same channel with the same value in both.
         let y_seed = pc::bn_per_channel(geom.c, &xm, &gamma, &beta, &eps).map(|m| geom.from_mat(&m));
@@ -441,88 +444,80 @@ fn seed_layouts_are_groupings() {
     }
 }
 
+/// Inputs of a family op, for the bad-input test.
+fn i<'a>(
+    x: &'a [QSqrt],
+    gamma: Option<&'a [QSqrt]>,
+    beta: Option<&'a [QSqrt]>,
+    eps: &'a QSqrt,
+) -> Inputs<'a, QSqrt> {
+    Inputs {
+        x,
+        gamma,
+        beta,
+        eps,
+    }
+}
+
 /// Bad input names the field: wrong lengths, missing or extra parameters, rms_norm with a
 /// bias, a non-divisor group count, a negative eps, and (C1).
 #[test]
 fn bad_input_names_the_field() {
     let q = |n: i64| QSqrt::int(n);
+    let (zero, one) = (q(0), q(1));
     let x = [q(1), q(2), q(3), q(4)];
     let two = [q(1), q(1)];
-    let ln = |x: &[QSqrt], ga: Option<&[QSqrt]>, be: Option<&[QSqrt]>, eps: i64| {
-        fam::layer_norm(&[2, 2], 1, Affine::WeightBias, x, ga, be, &q(eps))
+    let xs = &x[..];
+    let ln = |inp: Inputs<'_, QSqrt>, affine| {
+        fam::layer_norm(&[2, 2], 1, affine, inp)
             .unwrap_err()
             .to_string()
     };
+    let wb = Affine::WeightBias;
     assert_eq!(
-        ln(&x[..3], Some(&two), Some(&two), 0),
+        ln(i(&xs[..3], Some(&two), Some(&two), &zero), wb),
         "inputs.x: expected 4 values for shape [4], got 3"
     );
     assert_eq!(
-        ln(&x, Some(&two[..1]), Some(&two), 0),
+        ln(i(xs, Some(&two[..1]), Some(&two), &zero), wb),
         "inputs.gamma: expected 2 values for shape [2], got 1"
     );
     assert_eq!(
-        ln(&x, None, Some(&two), 0),
+        ln(i(xs, None, Some(&two), &zero), wb),
         "inputs.gamma: missing (op `layer_norm` needs it)"
     );
     assert_eq!(
-        ln(&x, Some(&two), Some(&two), -1),
+        ln(i(xs, Some(&two), Some(&two), &q(-1)), wb),
         "eps: must be >= 0, got -1"
     );
-    let c1 = fam::layer_norm(
-        &[2, 2],
-        1,
-        Affine::None,
-        &[q(1), q(1), q(2), q(3)],
-        None,
-        None,
-        &q(0),
-    )
-    .unwrap_err();
+    let constant_row = &[q(1), q(1), q(2), q(3)];
     assert_eq!(
-        c1.to_string(),
+        ln(i(constant_row, None, None, &zero), Affine::None),
         "var + eps of channel 0 is 0, but must be > 0 (C1)"
     );
     let extra = fam::layer_norm(
         &[2, 2],
         1,
         Affine::Weight,
-        &x,
-        Some(&two),
-        Some(&two),
-        &q(0),
+        i(xs, Some(&two), Some(&two), &zero),
     )
     .unwrap_err();
     assert!(
         matches!(extra, SpecError::UnknownInput { ref field, .. } if field == "beta"),
         "{extra}"
     );
-    let rms = fam::rms_norm(
-        &[2, 2],
-        1,
-        Affine::WeightBias,
-        RmsConvention::Standard,
-        &x,
-        Some(&two),
-        &q(0),
-    )
-    .unwrap_err();
+    let rms = |affine, inp| {
+        fam::rms_norm(&[2, 2], 1, affine, RmsConvention::Standard, inp)
+            .unwrap_err()
+            .to_string()
+    };
     assert_eq!(
-        rms.to_string(),
+        rms(Affine::WeightBias, i(xs, Some(&two), None, &zero)),
         "affine: rms_norm takes `weight` or `none` (it has no beta), got weight_bias"
     );
-    let rms0 = fam::rms_norm(
-        &[2, 2],
-        1,
-        Affine::None,
-        RmsConvention::Standard,
-        &[q(0), q(0), q(1), q(0)],
-        None,
-        &q(0),
-    )
-    .unwrap_err();
+    let zero_row = &[q(0), q(0), q(1), q(0)];
     assert_eq!(
-        rms0.to_string(),
+        rms(Affine::None, i(zero_row, None, None, &zero)),
         "mean(x²) + eps of channel 0 is 0, but must be > 0 (C1)"
     );
     let gn = fam::group_norm(
@@ -530,19 +525,17 @@ fn bad_input_names_the_field() {
         &[1, 4, 1, 1],
         3,
         Affine::None,
-        &x,
-        None,
-        None,
-        &q(1),
+        i(xs, None, None, &one),
     )
     .unwrap_err();
     assert_eq!(
         gn.to_string(),
         "groups: must be a positive divisor of the channel count C, got 3 (C = 4)"
     );
-    let k = fam::layer_norm(&[4], 1, Affine::None, &x, None, None, &q(1)).unwrap_err();
+    let k = fam::layer_norm(&[4], 1, Affine::None, i(xs, None, None, &one)).unwrap_err();
     assert!(matches!(k, SpecError::Shape { .. }), "{k}");
-    let k4 = fam::layer_norm(&[1, 1, 1, 2, 2], 4, Affine::None, &x, None, None, &q(1)).unwrap_err();
+    let k4 =
+        fam::layer_norm(&[1, 1, 1, 2, 2], 4, Affine::None, i(xs, None, None, &one)).unwrap_err();
     assert_eq!(k4.to_string(), "normalized_ndim: must be 1, 2 or 3, got 4");
 }
 

@@ -121,9 +121,9 @@ impl Raw {
             coefs.push(b * &sr / Rational::from_integer(d.denom().clone()));
             ds.push(d.numer() * d.denom());
         }
-        let l = coefs
-            .iter()
-            .fold(BigInt::one(), |l, c| num_integer::Integer::lcm(&l, c.denom()));
+        let l = coefs.iter().fold(BigInt::one(), |l, c| {
+            num_integer::Integer::lcm(&l, c.denom())
+        });
         let mut c = vec![BigInt::zero(); 1 << n];
         c[0] = coefs[0].numer() * (&l / coefs[0].denom());
         for (i, v) in coefs[1..].iter().enumerate() {

@@ -21,7 +21,7 @@ pub mod vjp;
 pub use grouping::{ChannelLayout, Grouping};
 pub use norm::{
     dbeta, dgamma, group_stats, normalize, normalize_backward, normalize_grad_input, Affine,
-    Backward, Centering, Forward, Norm, RmsConvention,
+    Backward, Centering, Forward, Inputs, Norm, RmsConvention,
 };
 pub use ops::{
     batch_norm, batch_norm_backward, group_norm, group_norm_backward, layer_norm,

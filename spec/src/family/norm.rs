@@ -122,6 +122,27 @@ pub struct Backward {
     pub dbeta: Option<Vec<QSqrt>>,
 }
 
+/// The inputs of a family op (FORMAT.md `inputs`): `x`, the parameters the affine mode has,
+/// and `eps`. A backward also takes `dy`, and does not use `beta`.
+#[derive(Debug)]
+pub struct Inputs<'a, T> {
+    /// One value per cell.
+    pub x: &'a [T],
+    /// One per parameter, iff the affine mode has a weight.
+    pub gamma: Option<&'a [T]>,
+    /// One per parameter, iff the affine mode has a bias (forward only).
+    pub beta: Option<&'a [T]>,
+    /// `eps ≥ 0`.
+    pub eps: &'a T,
+}
+
+impl<T> Clone for Inputs<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Inputs<'_, T> {}
+
 fn check_len<T>(field: &str, v: &[T], n: usize) -> Result<(), SpecError> {
     if v.len() != n {
         return Err(SpecError::Length {
@@ -217,11 +238,14 @@ fn weight<T: Scalar>(norm: &Norm, gamma: Option<&[T]>, p: usize) -> T {
 pub fn normalize<T: Scalar>(
     g: &Grouping,
     norm: &Norm,
-    x: &[T],
-    gamma: Option<&[T]>,
-    beta: Option<&[T]>,
-    eps: &T,
+    inp: Inputs<'_, T>,
 ) -> Result<Forward<T>, SpecError> {
+    let Inputs {
+        x,
+        gamma,
+        beta,
+        eps,
+    } = inp;
     check_param(g, norm, "gamma", gamma, norm.affine.has_weight())?;
     check_param(g, norm, "beta", beta, norm.affine.has_bias())?;
     let (means, rstds) = group_stats(g, norm.centering, x, eps)?;
@@ -254,11 +278,10 @@ pub fn normalize<T: Scalar>(
 pub fn normalize_grad_input<T: Scalar>(
     g: &Grouping,
     norm: &Norm,
-    x: &[T],
+    inp: Inputs<'_, T>,
     dy: &[T],
-    gamma: Option<&[T]>,
-    eps: &T,
 ) -> Result<Vec<T>, SpecError> {
+    let Inputs { x, gamma, eps, .. } = inp;
     check_len("dy", dy, g.len())?;
     check_param(g, norm, "gamma", gamma, norm.affine.has_weight())?;
     let (means, rstds) = group_stats(g, norm.centering, x, eps)?;
@@ -338,18 +361,16 @@ pub fn dbeta<T: Scalar>(g: &Grouping, dy: &[T]) -> Result<Vec<T>, SpecError> {
 }
 
 /// The whole closed-form backward: [`normalize_grad_input`], and [`dgamma`], [`dbeta`] when
-/// the affine mode has them.
+/// the affine mode has them (`inp.beta` is not used).
 pub fn normalize_backward(
     g: &Grouping,
     norm: &Norm,
-    x: &[QSqrt],
+    inp: Inputs<'_, QSqrt>,
     dy: &[QSqrt],
-    gamma: Option<&[QSqrt]>,
-    eps: &QSqrt,
 ) -> Result<Backward, SpecError> {
-    let dx = normalize_grad_input(g, norm, x, dy, gamma, eps)?;
+    let dx = normalize_grad_input(g, norm, inp, dy)?;
     let dgamma = if norm.affine.has_weight() {
-        Some(dgamma(g, norm.centering, x, dy, eps)?)
+        Some(dgamma(g, norm.centering, inp.x, dy, inp.eps)?)
     } else {
         None
     };

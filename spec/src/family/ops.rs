@@ -12,7 +12,8 @@
 
 use super::grouping::{ChannelLayout, Grouping};
 use super::norm::{
-    normalize, normalize_backward, Affine, Backward, Centering, Forward, Norm, RmsConvention,
+    normalize, normalize_backward, Affine, Backward, Centering, Forward, Inputs, Norm,
+    RmsConvention,
 };
 use crate::error::SpecError;
 use crate::exact::QSqrt;
@@ -73,12 +74,13 @@ pub fn batch_norm_kind() -> Norm {
 ///
 /// ```
 /// use bnconf_spec::exact::parse::parse_exact;
-/// use bnconf_spec::family::{layer_norm, Affine};
+/// use bnconf_spec::family::{layer_norm, Affine, Inputs};
 /// let q = |s: &str| parse_exact(s).unwrap();
 /// // one row [1, 3], eps = 1: mean 2, var 1, q = 2, rstd = sqrt(2)/2, xhat = ∓sqrt(2)/2
 /// let (x, gamma, beta) = ([q("1"), q("3")], [q("2"), q("3")], [q("1/2"), q("0")]);
-/// let f = layer_norm(&[1, 2], 1, Affine::WeightBias, &x, Some(&gamma), Some(&beta), &q("1"))
-///     .unwrap();
+/// let eps = q("1");
+/// let inp = Inputs { x: &x, gamma: Some(&gamma), beta: Some(&beta), eps: &eps };
+/// let f = layer_norm(&[1, 2], 1, Affine::WeightBias, inp).unwrap();
 /// assert_eq!(f.y, [q("1/2 - 1*sqrt(2)"), q("3/2*sqrt(2)")]);
 /// assert_eq!(f.mean, Some(vec![q("2")]));
 /// assert_eq!(f.rstd, [q("1/2*sqrt(2)")]);
@@ -87,13 +89,10 @@ pub fn layer_norm<T: Scalar>(
     shape: &[usize],
     normalized_ndim: usize,
     affine: Affine,
-    x: &[T],
-    gamma: Option<&[T]>,
-    beta: Option<&[T]>,
-    eps: &T,
+    inp: Inputs<'_, T>,
 ) -> Result<Forward<T>, SpecError> {
     let g = Grouping::last(shape, normalized_ndim)?;
-    normalize(&g, &layer_norm_kind(affine), x, gamma, beta, eps)
+    normalize(&g, &layer_norm_kind(affine), inp)
 }
 
 /// **F2 `layer_norm_backward`** — the VJP of F1 with cotangent `dy`, in closed form: per row,
@@ -105,14 +104,15 @@ pub fn layer_norm<T: Scalar>(
 /// ```
 /// use bnconf_spec::exact::parse::parse_exact;
 /// use bnconf_spec::exact::roots::parse_sum_of_roots;
-/// use bnconf_spec::family::{layer_norm_backward, Affine};
+/// use bnconf_spec::family::{layer_norm_backward, Affine, Inputs};
 /// let q = |s: &str| parse_exact(s).unwrap();
 /// // rows [1, 3] (q = 2) and [0, 4] (q = 5), eps = 1; dy = [1, 0, 1, 0]
 /// let x = [q("1"), q("3"), q("0"), q("4")];
 /// let dy = [q("1"), q("0"), q("1"), q("0")];
 /// let gamma = [q("1"), q("1")];
-/// let b = layer_norm_backward(&[2, 2], 1, Affine::WeightBias, &x, &dy, Some(&gamma), &q("1"))
-///     .unwrap();
+/// let eps = q("1");
+/// let inp = Inputs { x: &x, gamma: Some(&gamma), beta: None, eps: &eps };
+/// let b = layer_norm_backward(&[2, 2], 1, Affine::WeightBias, inp, &dy).unwrap();
 /// let dgamma = b.dgamma.unwrap();
 /// assert_eq!(dgamma[0].to_string(), "0 + -1/2*sqrt(2) + -2/5*sqrt(5)");
 /// assert_eq!(dgamma[0], parse_sum_of_roots("-1/2*sqrt(2) - 2/5*sqrt(5)").unwrap());
@@ -120,18 +120,15 @@ pub fn layer_norm<T: Scalar>(
 /// assert_eq!(b.dbeta, Some(vec![q("2"), q("0")]));
 /// assert_eq!(b.dx[..2], [q("1/8*sqrt(2)"), q("-1/8*sqrt(2)")]);
 /// ```
-#[allow(clippy::too_many_arguments)]
 pub fn layer_norm_backward(
     shape: &[usize],
     normalized_ndim: usize,
     affine: Affine,
-    x: &[QSqrt],
+    inp: Inputs<'_, QSqrt>,
     dy: &[QSqrt],
-    gamma: Option<&[QSqrt]>,
-    eps: &QSqrt,
 ) -> Result<Backward, SpecError> {
     let g = Grouping::last(shape, normalized_ndim)?;
-    normalize_backward(&g, &layer_norm_kind(affine), x, dy, gamma, eps)
+    normalize_backward(&g, &layer_norm_kind(affine), inp, dy)
 }
 
 /// **F3 `rms_norm`** — layout `last`, per row of `K` cells: `rstd = (Σx²/K + eps)^(−1/2)`,
@@ -141,29 +138,27 @@ pub fn layer_norm_backward(
 ///
 /// ```
 /// use bnconf_spec::exact::parse::parse_exact;
-/// use bnconf_spec::family::{rms_norm, Affine, RmsConvention};
+/// use bnconf_spec::family::{rms_norm, Affine, Inputs, RmsConvention};
 /// let q = |s: &str| parse_exact(s).unwrap();
 /// // [3, 4], eps = 0: q = Σx²/K = 25/2, rstd = 1/sqrt(q) = 2/25·sqrt(25/2) (= sqrt(2)/5,
 /// // written in the row's field Q(sqrt(q)) as every value of the row); offset gamma
 /// // [1, 1/2]: w = [2, 3/2]
 /// let (x, gamma) = ([q("3"), q("4")], [q("1"), q("1/2")]);
-/// let f = rms_norm(&[1, 2], 1, Affine::Weight, RmsConvention::Offset, &x, Some(&gamma), &q("0"))
-///     .unwrap();
+/// let eps = q("0");
+/// let inp = Inputs { x: &x, gamma: Some(&gamma), beta: None, eps: &eps };
+/// let f = rms_norm(&[1, 2], 1, Affine::Weight, RmsConvention::Offset, inp).unwrap();
 /// assert_eq!(f.y, [q("12/25*sqrt(25/2)"), q("12/25*sqrt(25/2)")]);
 /// assert_eq!((f.mean, f.rstd), (None, vec![q("2/25*sqrt(25/2)")]));
 /// ```
-#[allow(clippy::too_many_arguments)]
 pub fn rms_norm<T: Scalar>(
     shape: &[usize],
     normalized_ndim: usize,
     affine: Affine,
     convention: RmsConvention,
-    x: &[T],
-    gamma: Option<&[T]>,
-    eps: &T,
+    inp: Inputs<'_, T>,
 ) -> Result<Forward<T>, SpecError> {
     let g = Grouping::last(shape, normalized_ndim)?;
-    normalize(&g, &rms_norm_kind(affine, convention)?, x, gamma, None, eps)
+    normalize(&g, &rms_norm_kind(affine, convention)?, inp)
 }
 
 /// **F4 `rms_norm_backward`** — the VJP of F3, closed form with two terms: per row, with
@@ -173,11 +168,13 @@ pub fn rms_norm<T: Scalar>(
 /// ```
 /// use bnconf_spec::exact::parse::parse_exact;
 /// use bnconf_spec::exact::roots::parse_sum_of_roots;
-/// use bnconf_spec::family::{rms_norm_backward, Affine, RmsConvention};
+/// use bnconf_spec::family::{rms_norm_backward, Affine, Inputs, RmsConvention};
 /// let q = |s: &str| parse_exact(s).unwrap();
 /// let (x, dy, gamma) = ([q("3"), q("4")], [q("1"), q("0")], [q("1"), q("1")]);
-/// let b = rms_norm_backward(&[1, 2], 1, Affine::Weight, RmsConvention::Standard, &x, &dy,
-///     Some(&gamma), &q("0")).unwrap();
+/// let eps = q("0");
+/// let inp = Inputs { x: &x, gamma: Some(&gamma), beta: None, eps: &eps };
+/// let b = rms_norm_backward(&[1, 2], 1, Affine::Weight, RmsConvention::Standard, inp, &dy)
+///     .unwrap();
 /// // q = 25/2 as in F3; dx = (16/125·sqrt 2, −12/125·sqrt 2) in the field of q
 /// assert_eq!(b.dx, [q("32/625*sqrt(25/2)"), q("-24/625*sqrt(25/2)")]);
 /// let dgamma = b.dgamma.unwrap();
@@ -186,19 +183,16 @@ pub fn rms_norm<T: Scalar>(
 /// assert_eq!(dgamma[1].to_string(), "0");
 /// assert_eq!(b.dbeta, None);
 /// ```
-#[allow(clippy::too_many_arguments)]
 pub fn rms_norm_backward(
     shape: &[usize],
     normalized_ndim: usize,
     affine: Affine,
     convention: RmsConvention,
-    x: &[QSqrt],
+    inp: Inputs<'_, QSqrt>,
     dy: &[QSqrt],
-    gamma: Option<&[QSqrt]>,
-    eps: &QSqrt,
 ) -> Result<Backward, SpecError> {
     let g = Grouping::last(shape, normalized_ndim)?;
-    normalize_backward(&g, &rms_norm_kind(affine, convention)?, x, dy, gamma, eps)
+    normalize_backward(&g, &rms_norm_kind(affine, convention)?, inp, dy)
 }
 
 /// **F5 `group_norm`** — on a channel layout with `groups = G` (G divides C): group (n, g)
@@ -208,31 +202,27 @@ pub fn rms_norm_backward(
 ///
 /// ```
 /// use bnconf_spec::exact::parse::parse_exact;
-/// use bnconf_spec::family::{group_norm, Affine, ChannelLayout};
+/// use bnconf_spec::family::{group_norm, Affine, ChannelLayout, Inputs};
 /// let q = |s: &str| parse_exact(s).unwrap();
 /// let (x, gamma, beta) = ([q("1"), q("3")], [q("1"), q("1")], [q("0"), q("5")]);
+/// let eps = q("1");
+/// let inp = Inputs { x: &x, gamma: Some(&gamma), beta: Some(&beta), eps: &eps };
 /// // [N, C, H, W] = [1, 2, 1, 1], G = 1: one group {1, 3}, q = 1 + 1 = 2
-/// let f = group_norm(ChannelLayout::Nchw, &[1, 2, 1, 1], 1, Affine::WeightBias, &x,
-///     Some(&gamma), Some(&beta), &q("1")).unwrap();
+/// let f = group_norm(ChannelLayout::Nchw, &[1, 2, 1, 1], 1, Affine::WeightBias, inp).unwrap();
 /// assert_eq!(f.y, [q("-1/2*sqrt(2)"), q("5 + 1/2*sqrt(2)")]);
 /// // G = C (InstanceNorm): one cell per group, xhat = 0, y = beta
-/// let f = group_norm(ChannelLayout::Nchw, &[1, 2, 1, 1], 2, Affine::WeightBias, &x,
-///     Some(&gamma), Some(&beta), &q("1")).unwrap();
+/// let f = group_norm(ChannelLayout::Nchw, &[1, 2, 1, 1], 2, Affine::WeightBias, inp).unwrap();
 /// assert_eq!((f.y, f.mean), (vec![q("0"), q("5")], Some(vec![q("1"), q("3")])));
 /// ```
-#[allow(clippy::too_many_arguments)]
 pub fn group_norm<T: Scalar>(
     layout: ChannelLayout,
     shape: &[usize],
     groups: usize,
     affine: Affine,
-    x: &[T],
-    gamma: Option<&[T]>,
-    beta: Option<&[T]>,
-    eps: &T,
+    inp: Inputs<'_, T>,
 ) -> Result<Forward<T>, SpecError> {
     let g = Grouping::group_norm(layout, shape, groups)?;
-    normalize(&g, &group_norm_kind(affine), x, gamma, beta, eps)
+    normalize(&g, &group_norm_kind(affine), inp)
 }
 
 /// **F6 `group_norm_backward`** — the VJP of F5, closed form of F2 per group (with
@@ -241,28 +231,27 @@ pub fn group_norm<T: Scalar>(
 ///
 /// ```
 /// use bnconf_spec::exact::parse::parse_exact;
-/// use bnconf_spec::family::{group_norm_backward, Affine, ChannelLayout};
+/// use bnconf_spec::family::{group_norm_backward, Affine, ChannelLayout, Inputs};
 /// let q = |s: &str| parse_exact(s).unwrap();
 /// let (x, dy, gamma) = ([q("1"), q("3")], [q("1"), q("0")], [q("1"), q("1")]);
-/// let b = group_norm_backward(ChannelLayout::Nchw, &[1, 2, 1, 1], 1, Affine::WeightBias, &x,
-///     &dy, Some(&gamma), &q("1")).unwrap();
+/// let eps = q("1");
+/// let inp = Inputs { x: &x, gamma: Some(&gamma), beta: None, eps: &eps };
+/// let b = group_norm_backward(ChannelLayout::Nchw, &[1, 2, 1, 1], 1, Affine::WeightBias, inp,
+///     &dy).unwrap();
 /// let dgamma: Vec<String> = b.dgamma.unwrap().iter().map(|v| v.to_string()).collect();
 /// assert_eq!(dgamma, ["0 + -1/2*sqrt(2)", "0"]);
 /// assert_eq!(b.dbeta, Some(vec![q("1"), q("0")]));
 /// ```
-#[allow(clippy::too_many_arguments)]
 pub fn group_norm_backward(
     layout: ChannelLayout,
     shape: &[usize],
     groups: usize,
     affine: Affine,
-    x: &[QSqrt],
+    inp: Inputs<'_, QSqrt>,
     dy: &[QSqrt],
-    gamma: Option<&[QSqrt]>,
-    eps: &QSqrt,
 ) -> Result<Backward, SpecError> {
     let g = Grouping::group_norm(layout, shape, groups)?;
-    normalize_backward(&g, &group_norm_kind(affine), x, dy, gamma, eps)
+    normalize_backward(&g, &group_norm_kind(affine), inp, dy)
 }
 
 /// **F7 `batch_norm` on a channel layout** (`nchw`, `nhwc`, and FORMAT.md's new `nc`, `ncl`,
@@ -272,23 +261,21 @@ pub fn group_norm_backward(
 ///
 /// ```
 /// use bnconf_spec::exact::parse::parse_exact;
-/// use bnconf_spec::family::{batch_norm, ChannelLayout};
+/// use bnconf_spec::family::{batch_norm, ChannelLayout, Inputs};
 /// let q = |s: &str| parse_exact(s).unwrap();
 /// // [N, C] = [2, 1] (BatchNorm1d): channel 0 = {1, 3}
-/// let f = batch_norm(ChannelLayout::Nc, &[2, 1], &[q("1"), q("3")], &[q("1")], &[q("0")],
-///     &q("0")).unwrap();
+/// let (x, gamma, beta, eps) = ([q("1"), q("3")], [q("1")], [q("0")], q("0"));
+/// let inp = Inputs { x: &x, gamma: Some(&gamma), beta: Some(&beta), eps: &eps };
+/// let f = batch_norm(ChannelLayout::Nc, &[2, 1], inp).unwrap();
 /// assert_eq!(f.y, [q("-1"), q("1")]);
 /// ```
 pub fn batch_norm<T: Scalar>(
     layout: ChannelLayout,
     shape: &[usize],
-    x: &[T],
-    gamma: &[T],
-    beta: &[T],
-    eps: &T,
+    inp: Inputs<'_, T>,
 ) -> Result<Forward<T>, SpecError> {
     let g = Grouping::batch_norm(layout, shape)?;
-    normalize(&g, &batch_norm_kind(), x, Some(gamma), Some(beta), eps)
+    normalize(&g, &batch_norm_kind(), inp)
 }
 
 /// **F8 `batch_norm` backward on a channel layout** — the VJP of F7: S6's three-term form per
@@ -297,21 +284,20 @@ pub fn batch_norm<T: Scalar>(
 ///
 /// ```
 /// use bnconf_spec::exact::parse::parse_exact;
-/// use bnconf_spec::family::{batch_norm_backward, ChannelLayout};
+/// use bnconf_spec::family::{batch_norm_backward, ChannelLayout, Inputs};
 /// let q = |s: &str| parse_exact(s).unwrap();
-/// let b = batch_norm_backward(ChannelLayout::Nc, &[2, 1], &[q("1"), q("3")],
-///     &[q("1"), q("0")], &[q("1")], &q("1")).unwrap();
+/// let (x, dy, gamma, eps) = ([q("1"), q("3")], [q("1"), q("0")], [q("1")], q("1"));
+/// let inp = Inputs { x: &x, gamma: Some(&gamma), beta: None, eps: &eps };
+/// let b = batch_norm_backward(ChannelLayout::Nc, &[2, 1], inp, &dy).unwrap();
 /// assert_eq!(b.dgamma.unwrap()[0].to_string(), "0 + -1/2*sqrt(2)");
 /// assert_eq!(b.dbeta, Some(vec![q("1")]));
 /// ```
 pub fn batch_norm_backward(
     layout: ChannelLayout,
     shape: &[usize],
-    x: &[QSqrt],
+    inp: Inputs<'_, QSqrt>,
     dy: &[QSqrt],
-    gamma: &[QSqrt],
-    eps: &QSqrt,
 ) -> Result<Backward, SpecError> {
     let g = Grouping::batch_norm(layout, shape)?;
-    normalize_backward(&g, &batch_norm_kind(), x, dy, Some(gamma), eps)
+    normalize_backward(&g, &batch_norm_kind(), inp, dy)
 }

@@ -6,7 +6,7 @@
 //! parameter crosses groups, so `Jᵀdy` w.r.t. `gamma`/`beta` is summed as a [`SumOfRoots`].
 
 use super::grouping::Grouping;
-use super::norm::{normalize, Norm};
+use super::norm::{normalize, Inputs, Norm};
 use crate::error::SpecError;
 use crate::exact::roots::sum_of_qsqrts;
 use crate::exact::{QSqrt, SumOfRoots};
@@ -15,84 +15,89 @@ use crate::vjp::{jacobian, vjp};
 
 type D = Dual<QSqrt>;
 
-fn consts(v: Option<&[QSqrt]>) -> Option<Vec<D>> {
-    v.map(|v| v.iter().cloned().map(Dual::constant).collect())
+fn consts(v: &[QSqrt]) -> Vec<D> {
+    v.iter().cloned().map(Dual::constant).collect()
 }
 
 /// `Jᵀdy` w.r.t. `x` of [`normalize`]'s `y`.
 pub fn normalize_vjp_x(
     g: &Grouping,
     norm: &Norm,
-    x: &[QSqrt],
-    gamma: Option<&[QSqrt]>,
-    beta: Option<&[QSqrt]>,
-    eps: &QSqrt,
+    inp: Inputs<'_, QSqrt>,
     dy: &[QSqrt],
 ) -> Result<Vec<QSqrt>, SpecError> {
-    let (gd, bd, ed) = (consts(gamma), consts(beta), D::constant(eps.clone()));
+    let (gd, bd) = (inp.gamma.map(consts), inp.beta.map(consts));
+    let ed = D::constant(inp.eps.clone());
     vjp(
-        |xs: &[D]| normalize(g, norm, xs, gd.as_deref(), bd.as_deref(), &ed).map(|f| f.y),
-        x,
+        |xs: &[D]| {
+            let d = Inputs {
+                x: xs,
+                gamma: gd.as_deref(),
+                beta: bd.as_deref(),
+                eps: &ed,
+            };
+            normalize(g, norm, d).map(|f| f.y)
+        },
+        inp.x,
         dy,
     )
 }
 
-/// `Σ_i dy_i·J[i][j]` for each column `j`, entries of different fields summed exactly.
-fn transpose_apply_roots(j: &[Vec<QSqrt>], dy: &[QSqrt], n_in: usize) -> Vec<SumOfRoots> {
-    (0..n_in)
-        .map(|col| {
-            let prods: Vec<QSqrt> = j.iter().zip(dy).map(|(row, d)| &row[col] * d).collect();
-            sum_of_qsqrts(&prods)
-        })
-        .collect()
+/// A parameter vector of the forward: `gamma` or `beta`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Param {
+    /// The weight.
+    Gamma,
+    /// The bias.
+    Beta,
 }
 
-/// `J_gammaᵀdy` of [`normalize`]'s `y` (the definition of `dgamma`); `None` without a weight.
-pub fn normalize_vjp_gamma(
+/// `J_pᵀdy` of [`normalize`]'s `y` w.r.t. the parameter `p` (the definition of `dgamma`,
+/// `dbeta`): `Σ_i dy_i·∂y_i/∂p_j`, summed across groups exactly as a [`SumOfRoots`]; `None`
+/// when the affine mode has no such parameter.
+pub fn normalize_vjp_param(
     g: &Grouping,
     norm: &Norm,
-    x: &[QSqrt],
-    gamma: Option<&[QSqrt]>,
-    beta: Option<&[QSqrt]>,
-    eps: &QSqrt,
+    inp: Inputs<'_, QSqrt>,
     dy: &[QSqrt],
+    p: Param,
 ) -> Result<Option<Vec<SumOfRoots>>, SpecError> {
-    let Some(gamma) = gamma else {
+    let seeded = match p {
+        Param::Gamma => inp.gamma,
+        Param::Beta => inp.beta,
+    };
+    let Some(seeded) = seeded else {
         return Ok(None);
     };
-    let (xd, bd, ed) = (
-        consts(Some(x)).unwrap(),
-        consts(beta),
-        D::constant(eps.clone()),
-    );
+    let (xd, gd, bd) = (consts(inp.x), inp.gamma.map(consts), inp.beta.map(consts));
+    let ed = D::constant(inp.eps.clone());
     let j = jacobian(
-        |gs: &[D]| normalize(g, norm, &xd, Some(gs), bd.as_deref(), &ed).map(|f| f.y),
-        gamma,
+        |ps: &[D]| {
+            let d = Inputs {
+                x: &xd,
+                gamma: if p == Param::Gamma {
+                    Some(ps)
+                } else {
+                    gd.as_deref()
+                },
+                beta: if p == Param::Beta {
+                    Some(ps)
+                } else {
+                    bd.as_deref()
+                },
+                eps: &ed,
+            };
+            normalize(g, norm, d).map(|f| f.y)
+        },
+        seeded,
     )?;
-    Ok(Some(transpose_apply_roots(&j, dy, gamma.len())))
-}
-
-/// `J_betaᵀdy` of [`normalize`]'s `y` (the definition of `dbeta`); `None` without a bias.
-pub fn normalize_vjp_beta(
-    g: &Grouping,
-    norm: &Norm,
-    x: &[QSqrt],
-    gamma: Option<&[QSqrt]>,
-    beta: Option<&[QSqrt]>,
-    eps: &QSqrt,
-    dy: &[QSqrt],
-) -> Result<Option<Vec<SumOfRoots>>, SpecError> {
-    let Some(beta) = beta else {
-        return Ok(None);
-    };
-    let (xd, gd, ed) = (
-        consts(Some(x)).unwrap(),
-        consts(gamma),
-        D::constant(eps.clone()),
-    );
-    let j = jacobian(
-        |bs: &[D]| normalize(g, norm, &xd, gd.as_deref(), Some(bs), &ed).map(|f| f.y),
-        beta,
-    )?;
-    Ok(Some(transpose_apply_roots(&j, dy, beta.len())))
+    // Column j: Σ_i dy_i·J[i][j], entries of different fields summed exactly.
+    Ok(Some(
+        (0..seeded.len())
+            .map(|col| {
+                let prods: Vec<QSqrt> = j.iter().zip(dy).map(|(row, d)| &row[col] * d).collect();
+                sum_of_qsqrts(&prods)
+            })
+            .collect(),
+    ))
 }
