@@ -448,3 +448,46 @@ fn one_square_class_by_hand() {
         assert_eq!(check(&raw, f).unwrap(), w.round(f));
     }
 }
+
+/// A LayerNorm `dgamma` over 300 rows (300 radicands, one per row) is a sum of up to 300
+/// terms: it rounds in every format, and the result is consistent with exact comparisons
+/// with the midpoints to its neighbours (too many terms for the independent sign: this
+/// bounds the work and checks `round` against `cmp_rational`).
+#[test]
+fn many_rows_dgamma_rounds() {
+    use bnconf_spec::family::{layer_norm_backward, Affine, Inputs};
+    let rows = 300;
+    let q = |n: i64| QSqrt::int(n);
+    let x: Vec<QSqrt> = (0..rows)
+        .flat_map(|r| [q(r), q(r + (r % 7) + 1), q(2 * r)])
+        .collect();
+    let dy: Vec<QSqrt> = (0..3 * rows).map(|i| q((i * 37 % 11) - 5)).collect();
+    let gamma = [q(1), q(1), q(1)];
+    let eps = QSqrt::rational(Rational::new(1.into(), 1024.into()));
+    let inp = Inputs {
+        x: &x,
+        gamma: Some(&gamma),
+        beta: None,
+        eps: &eps,
+    };
+    let b = layer_norm_backward(&[rows as usize, 3], 1, Affine::Weight, inp, &dy).unwrap();
+    for v in b.dgamma.unwrap() {
+        assert!(v.terms().len() > 10, "{} terms", v.terms().len());
+        for f in FloatFormat::ALL {
+            let r = v.round(f);
+            let (total, _) = layout(f);
+            let bits = r.to_bits();
+            let mag = bits & ((1u64 << (total - 1)) - 1);
+            let s = if r.neg { -1 } else { 1 };
+            let sv = v.clone() * &int(s);
+            if mag > 0 {
+                let lo = (value_of(f, mag - 1) + value_of(f, mag)) / int(2);
+                assert_eq!(sv.cmp_rational(&lo), Ordering::Greater, "{}", f.name());
+            }
+            if mag < inf_bits(f) {
+                let hi = (value_of(f, mag) + value_of(f, mag + 1)) / int(2);
+                assert_eq!(sv.cmp_rational(&hi), Ordering::Less, "{}", f.name());
+            }
+        }
+    }
+}

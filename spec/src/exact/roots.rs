@@ -260,7 +260,7 @@ impl SumOfRoots {
             }
             if let Some(cap) = cap {
                 assert!(
-                    (extra as u64) <= cap + 64,
+                    (extra as u64) <= cap.saturating_add(64),
                     "bnconf-spec bug: SumOfRoots refinement passed its proven precision cap \
                      ({cap} bits) for {self}"
                 );
@@ -548,6 +548,24 @@ mod tests {
         let r = v.round(FloatFormat::F64);
         assert_eq!(r.to_f64(), 0.317_837_245_195_782_27); // sqrt(3) - sqrt(2) correctly rounded
         assert_eq!(v.round(FloatFormat::F16).to_bits(), 0x3516);
+    }
+
+    /// The Liouville cap: none needed below two terms, a finite number of bits for a few,
+    /// too large to write (None) for many; and a near-tie far below 2^-64 relative resolves
+    /// well within it.
+    #[test]
+    fn liouville_cap() {
+        assert_eq!(SumOfRoots::int(3).liouville_cap_bits(), Some(0));
+        let two = SumOfRoots::from_terms(q(1, 1), [(q(1, 1), q(2, 1)), (q(1, 1), q(3, 1))]);
+        let cap = two.liouville_cap_bits().unwrap();
+        assert!(cap > 3 * 1200 && cap < 10_000, "{cap}");
+        let many =
+            SumOfRoots::from_terms(q(0, 1), (0..70).map(|i| (q(1, 1), q(2 * i + 3, 2 * i + 5))));
+        assert_eq!(many.terms().len(), 70);
+        assert_eq!(many.liouville_cap_bits(), None);
+        // sqrt 2 + sqrt 3 = 3.14626436994197234232…, correctly rounded 3.1462643699419726
+        let w = two - SumOfRoots::int(1);
+        assert_eq!(w.round(FloatFormat::F64).to_f64(), 3.146_264_369_941_972_6);
     }
 
     #[test]

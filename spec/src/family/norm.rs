@@ -344,7 +344,7 @@ pub fn dgamma(
             per[p].push(v);
         }
     }
-    Ok(per.iter().map(|vs| sum_of_qsqrts(vs)).collect())
+    Ok(per.iter().map(sum_of_qsqrts).collect())
 }
 
 /// **The family's `dbeta`**: `dbeta_p = Σ dy_i` over every cell using parameter `p`.
