@@ -19,10 +19,11 @@
 //! `[L, U]` of width `n·2^-k` holds `v`; rounding is monotone, so when `L` and `U` round to
 //! the same float, so does `v`. Otherwise a rounding boundary `t` (a midpoint, the overflow
 //! threshold or 0: a rational) lies within `n·2^-k` of `v`, and `k` grows. It cannot grow
-//! forever: scaled by an integer `Q` to integer coefficients, `Q·(v − t)` is a nonzero
-//! algebraic integer-like sum whose product over all `2^n` sign conjugates is a nonzero
-//! integer (it is even in every `sqrt(Dᵢ)`, and each conjugate is again a normal form, hence
-//! nonzero), so `|v − t| ≥ 1/(Q·H^(2^n − 1))` with `H` a bound on the conjugates. Past that
+//! forever: scaled by an integer `Q` to integer coefficients and integer radicands, the
+//! product of `Q·(v − t)` over all `2^n` sign choices of the `sqrt(Dᵢ)` is an integer (it is
+//! even in every `sqrt(Dᵢ)`) and nonzero (each factor is again a sum with distinct classes
+//! and nonzero coefficients), so `|v − t| ≥ 1/(Q·H^(2^n − 1))` with `H` a bound on the
+//! other factors. Past that
 //! precision (the cap computed by `liouville_cap_bits`, when it fits in 64 bits) no boundary
 //! is left in the interval; reaching the cap would be a bug of this file, and panics saying so.
 
