@@ -204,15 +204,15 @@ impl SumOfRoots {
     }
 
     /// Integer bounds of `self·2^k`: `(lo, hi)` with `lo ≤ self·2^k ≤ hi`, `hi − lo` at most
-    /// the number of terms; exact in `A`, one unit per term.
-    fn scaled_bounds(&self, k: i64) -> (Rational, Rational) {
+    /// the number of terms; exact in `A`, one unit per term. `squares` holds each term's sign
+    /// and `B²·D`.
+    fn scaled_bounds(&self, squares: &[(bool, Rational)], k: i64) -> (Rational, Rational) {
         let base = mul_pow2(&self.a, k);
         let (mut lo, mut hi) = (base.clone(), base);
-        for t in &self.terms {
+        for (neg, sq) in squares {
             // |b|·sqrt(d)·2^k = sqrt(b²·d·4^k); s = isqrt(floor(that square)).
-            let sq = mul_pow2(&(&t.b * &t.b * &t.d), 2 * k);
-            let s = Rational::from_integer(sq.floor().to_integer().sqrt());
-            if t.b.is_negative() {
+            let s = Rational::from_integer(mul_pow2(sq, 2 * k).floor().to_integer().sqrt());
+            if *neg {
                 lo -= &s + Rational::one();
                 hi -= s;
             } else {
@@ -250,11 +250,16 @@ impl SumOfRoots {
     ) -> R {
         let k0 = self.start_bits(start_extra);
         let cap = self.liouville_cap_bits();
+        let squares: Vec<(bool, Rational)> = self
+            .terms
+            .iter()
+            .map(|t| (t.b.is_negative(), &t.b * &t.b * &t.d))
+            .collect();
         let mut extra: i64 = 0;
         let mut step: i64 = 32;
         loop {
             let k = k0 + extra;
-            let (lo, hi) = self.scaled_bounds(k);
+            let (lo, hi) = self.scaled_bounds(&squares, k);
             let (lo, hi) = (mul_pow2(&lo, -k), mul_pow2(&hi, -k));
             if let Some(r) = done(&lo, &hi) {
                 return r;
@@ -279,6 +284,9 @@ impl SumOfRoots {
         let n = self.terms.len() as u32;
         if n < 2 {
             return Some(0);
+        }
+        if n >= 60 {
+            return None; // 2^n alone leaves no room in 64 bits
         }
         let bits = |x: &BigInt| x.bits();
         // Q: a common multiple of every denominator once radicands are made integers.
@@ -312,9 +320,12 @@ impl SumOfRoots {
 
     /// Exact comparison with a rational.
     pub fn cmp_rational(&self, t: &Rational) -> Ordering {
-        (self.clone() - SumOfRoots::rational(t.clone()))
-            .signum()
-            .cmp(&0)
+        // Shifting A keeps the normal form: no merging to redo.
+        let diff = SumOfRoots {
+            a: &self.a - t,
+            terms: self.terms.clone(),
+        };
+        diff.signum().cmp(&0)
     }
 
     /// Correctly round to `format` (nearest, ties to even; overflow to ±inf; subnormals; a
