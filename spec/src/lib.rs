@@ -8,7 +8,8 @@
 //!
 //! Invariants:
 //! - no floating-point arithmetic in the math, no I/O; depends on no other crate of ours;
-//! - each seed item S1–S31 is a function named after it ([`per_channel`], [`layout`]);
+//! - each seed item S1–S31 is a function named after it ([`per_channel`], [`layout`]); the
+//!   normalization family (F1–F8) is one computation over groupings ([`family`]);
 //! - ops are written once over [`num::Scalar`]: with [`exact::QSqrt`] they are the reference,
 //!   with [`num::Dual`] the exact Jacobian ([`vjp`]), so the closed forms can be checked
 //!   against `J^T dy` exactly;
@@ -18,6 +19,7 @@
 pub mod channel;
 pub mod error;
 pub mod exact;
+pub mod family;
 pub mod layout;
 pub mod num;
 pub mod op;
@@ -26,6 +28,6 @@ pub mod tensor;
 pub mod vjp;
 
 pub use error::SpecError;
-pub use exact::{QSqrt, Rational};
+pub use exact::{QSqrt, Rational, SumOfRoots};
 pub use layout::{Geometry, Layout};
 pub use op::{Op, Problem};

@@ -2,15 +2,18 @@
 //!
 //! Every value the reference produces is `a + b*sqrt(d)` with rational `a`, `b` and a
 //! rational radicand `d > 0` shared by one channel (docs/DESIGN.md §1). [`QSqrt`] is that number;
-//! [`parse`] reads the literals of FORMAT.md; [`round`] rounds correctly to binary formats.
+//! [`parse`] reads the literals of FORMAT.md; [`round`] rounds correctly to binary formats;
+//! [`roots`] holds sums `A + Σ Bᵢ·sqrt(Dᵢ)` of values from different fields (a family's `dgamma`).
 
 pub mod parse;
 mod qsqrt;
+pub mod roots;
 pub mod round;
 
 pub use num_bigint::{BigInt, BigUint};
 pub use num_rational::BigRational;
 pub use qsqrt::QSqrt;
+pub use roots::SumOfRoots;
 
 /// Exact rational number (a `num-rational` big rational, always in lowest terms).
 pub type Rational = BigRational;
