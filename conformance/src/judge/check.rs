@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 // The items of this module before it was split by role (judge/prepare.rs, judge/verdict.rs),
 // kept at their paths.
 pub use crate::judge::prepare::{
-    judged_fast, prepare, prepare_with, Approx, Prepared, FAST_JUDGE_MIN_LEN,
+    judged_fast, prepare, prepare_owned, prepare_with, Approx, Prepared, FAST_JUDGE_MIN_LEN,
 };
 pub use crate::judge::verdict::{approx, summarize, CaseResult, OutputResult, Summary, Verdict};
 

@@ -50,11 +50,45 @@ pub fn judged_fast(c: &SuiteCase) -> bool {
 
 /// The fast preparation of a large case; `None` where it does not apply (then the exact path
 /// runs and reports any error in the case, as for small cases).
+#[cfg(test)]
 fn prepare_fast(c: &SuiteCase) -> Option<Prepared> {
+    prepare_fast_owned(c.clone()).ok()
+}
+
+/// [`prepare_fast`] of a case given by value (moved into the preparation, not copied); the
+/// case back where the fast preparation does not apply.
+fn prepare_fast_owned(c: SuiteCase) -> Result<Prepared, SuiteCase> {
+    match fast_parts(&c) {
+        Some((k, golden, budgets, approx, fast, locals)) => Ok(Prepared {
+            k,
+            case: c,
+            golden,
+            budgets,
+            approx,
+            fast: Some(fast),
+            locals,
+        }),
+        None => Err(c),
+    }
+}
+
+/// What [`prepare_fast_owned`] computes of a case: `k`, the goldens, budgets and
+/// approximations of its per-channel outputs, its fast cells and its ranks' parts.
+type FastParts = (
+    f64,
+    Outputs,
+    BTreeMap<&'static str, Vec<ElementBudget>>,
+    BTreeMap<&'static str, Vec<Approx>>,
+    std::sync::Arc<crate::fast::cells::FastCells>,
+    Option<std::sync::Arc<Vec<crate::judge::replicated::RankLocal>>>,
+);
+
+fn fast_parts(c: &SuiteCase) -> Option<FastParts> {
     let geom = bnconf_spec::Geometry::new(c.layout, &c.shape, usize::MAX).expect("valid");
     let eps = bnconf_spec::exact::parse::parse_rational(&c.eps).expect("generated eps");
     let fp = c.fast_problem().ok()?;
     let fc = crate::fast::cells::FastCells::new(&fp).ok()?;
+    drop(fp);
     let budgets = budget::budgets_bound_f64(c.op, &geom, &eps, &c.inputs).ok()?;
     let mut golden = Outputs::new();
     let mut approx = BTreeMap::new();
@@ -65,15 +99,14 @@ fn prepare_fast(c: &SuiteCase) -> Option<Prepared> {
     let locals = crate::judge::replicated::locals(c, &golden)
         .ok()?
         .map(std::sync::Arc::new);
-    Some(Prepared {
-        k: budget::k_allowance(geom.m),
-        case: c.clone(),
+    Some((
+        budget::k_allowance(geom.m),
         golden,
         budgets,
         approx,
-        fast: Some(std::sync::Arc::new(fc)),
+        std::sync::Arc::new(fc),
         locals,
-    })
+    ))
 }
 
 impl Prepared {
@@ -231,35 +264,49 @@ pub fn prepare_with(
 ) -> Result<Vec<Prepared>, bnconf_spec::SpecError> {
     cases
         .par_iter()
-        .map(|c| {
-            if let Some(p) = (allow_fast && judged_fast(c))
-                .then(|| prepare_fast(c))
-                .flatten()
-            {
-                return Ok(p);
-            }
-            let p = c.problem();
-            let golden = match exact_by_forms(c) {
-                Some(g) => g,
-                None => p.evaluate()?,
-            };
-            let budgets = budget::budgets_auto(&p)?;
-            let approx = golden
-                .iter()
-                .map(|(&n, v)| (n, v.iter().map(Approx::new).collect()))
-                .collect();
-            let locals = crate::judge::replicated::locals(c, &golden)?.map(std::sync::Arc::new);
-            Ok(Prepared {
-                k: budget::k_allowance(p.geom.m),
-                case: c.clone(),
-                golden,
-                budgets,
-                approx,
-                fast: None,
-                locals,
-            })
-        })
+        .map(|c| prepare_case(c.clone(), allow_fast))
         .collect()
+}
+
+/// [`prepare`] of cases given by value: each moved into its preparation rather than copied
+/// (the streaming judge's way: a case's inputs are held once). The same preparations.
+pub fn prepare_owned(cases: Vec<SuiteCase>) -> Result<Vec<Prepared>, bnconf_spec::SpecError> {
+    cases
+        .into_par_iter()
+        .map(|c| prepare_case(c, true))
+        .collect()
+}
+
+/// The preparation of one case (through the fast cells where `allow_fast` and it is large).
+fn prepare_case(c: SuiteCase, allow_fast: bool) -> Result<Prepared, bnconf_spec::SpecError> {
+    let c = if allow_fast && judged_fast(&c) {
+        match prepare_fast_owned(c) {
+            Ok(p) => return Ok(p),
+            Err(c) => c,
+        }
+    } else {
+        c
+    };
+    let p = c.problem();
+    let golden = match exact_by_forms(&c) {
+        Some(g) => g,
+        None => p.evaluate()?,
+    };
+    let budgets = budget::budgets_auto(&p)?;
+    let approx = golden
+        .iter()
+        .map(|(&n, v)| (n, v.iter().map(Approx::new).collect()))
+        .collect();
+    let locals = crate::judge::replicated::locals(&c, &golden)?.map(std::sync::Arc::new);
+    Ok(Prepared {
+        k: budget::k_allowance(p.geom.m),
+        case: c,
+        golden,
+        budgets,
+        approx,
+        fast: None,
+        locals,
+    })
 }
 
 /// The exact outputs of a case the fast path covers from its channel constants (the same
