@@ -249,6 +249,38 @@ impl Approx {
     }
 }
 
+/// Input values (all inputs of the cases together) that the streaming judge (`check DIR`,
+/// `check --exec`, `run`) prepares and judges at once, at most ([`chunks`]); a larger case is
+/// judged alone. Its working set is then about [`JUDGE_BYTES_PER_CELL`] bytes per cell of the
+/// larger of the largest case and this many values.
+pub const JUDGE_CHUNK_CELLS: usize = 1 << 20;
+
+/// The streaming judge's working set per cell of the cases in hand (docs/PERF.md, "Judging
+/// the scale suite"), for a backward case (inputs `x`, `dy`, output `dx` per cell): 16 bytes of
+/// inputs (f64), 16 of the fast cells' copy of them, 24 of budgets and as much again while
+/// they are assembled, 16 of their per-channel gather, 8 of the kernel's output read back
+/// (f64) and 8 of ratios, at most.
+pub const JUDGE_BYTES_PER_CELL: usize = 112;
+
+/// Consecutive runs of `cases`, in order, each of at most `max_values` input values (all
+/// inputs together) or a single case: the chunks the streaming judge prepares at once.
+pub fn chunks(cases: &[SuiteCase], max_values: usize) -> Vec<std::ops::Range<usize>> {
+    let mut out = vec![];
+    let (mut start, mut values) = (0, 0usize);
+    for (i, c) in cases.iter().enumerate() {
+        let n: usize = c.inputs.values().map(Vec::len).sum();
+        if i > start && values.saturating_add(n) > max_values {
+            out.push(start..i);
+            (start, values) = (i, 0);
+        }
+        values = values.saturating_add(n);
+    }
+    if start < cases.len() {
+        out.push(start..cases.len());
+    }
+    out
+}
+
 /// Evaluate goldens and budgets for every case (in parallel; order kept). Large cases are
 /// prepared through the fast cells ([`judged_fast`]); verdicts and ratios are those of the
 /// exact path (tested).
@@ -333,6 +365,33 @@ mod tests {
     use crate::judge::verdict::approx;
     use bnconf_spec::exact::round::FloatFormat;
     use bnconf_spec::Op;
+
+    /// `chunks` partitions the cases in order into runs of at most the bound of input values,
+    /// a case over the bound alone, and no run that could take the next case stopped early.
+    #[test]
+    fn chunks_partition_the_cases_in_order_within_the_bound() {
+        let s = crate::suite::test_suite("default", &[FloatFormat::F32]);
+        let values = |c: &SuiteCase| c.inputs.values().map(Vec::len).sum::<usize>();
+        let largest = s.cases.iter().map(values).max().unwrap();
+        for max in [0, 1, 100, largest, 5000, usize::MAX] {
+            let ch = chunks(&s.cases, max);
+            let mut next = 0;
+            for (j, r) in ch.iter().enumerate() {
+                assert_eq!(r.start, next, "max {max}");
+                assert!(r.end > r.start, "max {max}: empty chunk");
+                let n: usize = s.cases[r.clone()].iter().map(values).sum();
+                assert!(n <= max || r.len() == 1, "max {max}: {r:?} holds {n}");
+                if let Some(c) = s.cases.get(r.end) {
+                    assert!(n + values(c) > max, "max {max}: chunk {j} stopped early");
+                }
+                next = r.end;
+            }
+            assert_eq!(next, s.cases.len(), "max {max}");
+        }
+        assert_eq!(chunks(&s.cases, 0).len(), s.cases.len());
+        assert_eq!(chunks(&s.cases, usize::MAX), vec![0..s.cases.len()]);
+        assert!(chunks(&[], 10).is_empty());
+    }
 
     /// The judge's exact outputs from the channel constants equal `Problem::evaluate`'s on
     /// every default-suite case the fast path covers (f32 and f64).

@@ -176,18 +176,6 @@ pub(crate) fn verify_case_inputs(
     Ok(())
 }
 
-/// Input cells (all inputs of all cases together) that [`judge_dir`] prepares and judges at
-/// once, at most; a larger case is judged alone. Bounds the judge's working set: about
-/// [`JUDGE_BYTES_PER_CELL`] bytes per cell of `max(largest case, JUDGE_CHUNK_CELLS)`.
-pub const JUDGE_CHUNK_CELLS: usize = 1 << 20;
-
-/// The judge's working set per cell of the cases in hand (see `docs/PERF.md`, "Judging"):
-/// for a backward case, whose inputs `x`, `dy` and output `dx` are 3 values per cell,
-/// about 16 bytes of inputs (f64), 16 of the fast cells' copy of them, 24 of budgets, 8 of the
-/// kernel's output read back (f64) and 8 of ratios, plus the output file's own bytes while it
-/// is decoded.
-pub const JUDGE_BYTES_PER_CELL: usize = 80;
-
 /// What [`judge_dir`] found: a result per case, in the suite's order, and the preparations of
 /// the failing cases (when asked for: the diagnosis and the HTML report use them).
 #[derive(Debug, Default)]
@@ -199,7 +187,7 @@ pub struct Judged {
 }
 
 /// Judge what a kernel wrote into `dir` for every case of `s`, streaming: consecutive cases
-/// of at most [`JUDGE_CHUNK_CELLS`] input cells together (one case if larger) are prepared,
+/// of at most [`crate::judge::prepare::JUDGE_CHUNK_CELLS`] input values together (one case if larger) are prepared,
 /// their outputs read and judged, and dropped before the next; each case's inputs are moved
 /// into its preparation, not copied, and dropped from `s` once it passes (a case that does
 /// not pass keeps its inputs in `s` for the reports' details). The results and verdicts are
@@ -207,7 +195,12 @@ pub struct Judged {
 /// [`read_written`]): the same code, case by case. The inputs are not verified here
 /// ([`verify_inputs`] first).
 pub fn judge_dir(dir: &Path, s: &mut Suite, keep_failing: bool) -> Result<Judged> {
-    judge_dir_in_chunks(dir, s, keep_failing, JUDGE_CHUNK_CELLS)
+    judge_dir_in_chunks(
+        dir,
+        s,
+        keep_failing,
+        crate::judge::prepare::JUDGE_CHUNK_CELLS,
+    )
 }
 
 /// [`judge_dir`] with chunks of at most `chunk_cells` input values (tests vary it).
@@ -221,17 +214,8 @@ fn judge_dir_in_chunks(
         results: Vec::with_capacity(s.cases.len()),
         failing: vec![],
     };
-    let mut start = 0;
-    while start < s.cases.len() {
-        let (mut end, mut cells) = (start, 0usize);
-        while end < s.cases.len() {
-            let n: usize = s.cases[end].inputs.values().map(Vec::len).sum();
-            if end > start && cells + n > chunk_cells {
-                break;
-            }
-            cells += n;
-            end += 1;
-        }
+    for range in crate::judge::prepare::chunks(&s.cases, chunk_cells) {
+        let (start, end) = (range.start, range.end);
         // Each case moved out of the suite (its inputs), the rest of it left in place.
         let chunk: Vec<SuiteCase> = s.cases[start..end]
             .iter_mut()
@@ -260,7 +244,6 @@ fn judge_dir_in_chunks(
             }
             out.results.push(r);
         }
-        start = end;
     }
     Ok(out)
 }

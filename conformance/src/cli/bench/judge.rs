@@ -152,6 +152,7 @@ fn judge_table_in(o: &JudgeBenchOpts, tmp: &Path) -> Result<String> {
         let st = Command::new(&exe)
             .args(args)
             .stdout(Stdio::null())
+            .stderr(Stdio::null())
             .status()
             .map_err(|e| ConfError::field("bench", e.to_string()))?;
         if st.success() {
