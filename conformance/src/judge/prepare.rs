@@ -52,27 +52,24 @@ pub fn judged_fast(c: &SuiteCase) -> bool {
 /// runs and reports any error in the case, as for small cases).
 #[cfg(test)]
 fn prepare_fast(c: &SuiteCase) -> Option<Prepared> {
-    prepare_fast_owned(c.clone()).ok()
+    fast_parts(c).map(|parts| from_fast_parts(c.clone(), parts))
 }
 
-/// [`prepare_fast`] of a case given by value (moved into the preparation, not copied); the
-/// case back where the fast preparation does not apply.
-fn prepare_fast_owned(c: SuiteCase) -> Result<Prepared, SuiteCase> {
-    match fast_parts(&c) {
-        Some((k, golden, budgets, approx, fast, locals)) => Ok(Prepared {
-            k,
-            case: c,
-            golden,
-            budgets,
-            approx,
-            fast: Some(fast),
-            locals,
-        }),
-        None => Err(c),
+/// The preparation of case `c` from its fast parts ([`fast_parts`]).
+fn from_fast_parts(c: SuiteCase, parts: FastParts) -> Prepared {
+    let (k, golden, budgets, approx, fast, locals) = parts;
+    Prepared {
+        k,
+        case: c,
+        golden,
+        budgets,
+        approx,
+        fast: Some(fast),
+        locals,
     }
 }
 
-/// What [`prepare_fast_owned`] computes of a case: `k`, the goldens, budgets and
+/// What the fast preparation computes of a case: `k`, the goldens, budgets and
 /// approximations of its per-channel outputs, its fast cells and its ranks' parts.
 type FastParts = (
     f64,
@@ -311,14 +308,11 @@ pub fn prepare_owned(cases: Vec<SuiteCase>) -> Result<Vec<Prepared>, bnconf_spec
 
 /// The preparation of one case (through the fast cells where `allow_fast` and it is large).
 fn prepare_case(c: SuiteCase, allow_fast: bool) -> Result<Prepared, bnconf_spec::SpecError> {
-    let c = if allow_fast && judged_fast(&c) {
-        match prepare_fast_owned(c) {
-            Ok(p) => return Ok(p),
-            Err(c) => c,
+    if allow_fast && judged_fast(&c) {
+        if let Some(parts) = fast_parts(&c) {
+            return Ok(from_fast_parts(c, parts));
         }
-    } else {
-        c
-    };
+    }
     let p = c.problem();
     let golden = match exact_by_forms(&c) {
         Some(g) => g,
