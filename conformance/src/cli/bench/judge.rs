@@ -88,7 +88,7 @@ impl Usage {
 /// Run `cmd` to its end, its stdout captured: the usage, whether it succeeded, its stdout.
 fn measured(cmd: &mut Command) -> std::result::Result<(Usage, bool, String), String> {
     use std::io::Read as _;
-    let shown = format!("{:?}", cmd.get_program());
+    let shown = cmd.get_program().to_string_lossy().into_owned();
     let t = Instant::now();
     let mut child = cmd
         .stdout(Stdio::piped())
