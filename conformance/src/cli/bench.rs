@@ -22,6 +22,8 @@ use std::fmt::Write;
 use std::path::Path;
 use std::time::Instant;
 
+mod judge;
+
 /// Options of `bnconf bench`.
 #[derive(Clone, Debug)]
 pub struct BenchOpts {
@@ -426,6 +428,15 @@ pub struct BenchArgs {
     /// Scale-suite case of the side-by-side table (f32; empty: none).
     #[arg(long, default_value = DEFAULT_SCALE_CASE)]
     pub scale_case: String,
+    /// The judge table instead of the compute report: `bnconf check` on the scale suite (f32)
+    /// against numpy float64 + `np.allclose` on the same outputs (wall, CPU, peak memory),
+    /// then the side-by-side table (golden path against numpy and the I/O floor) unless
+    /// `--no-side-by-side`.
+    #[arg(long)]
+    pub judge: bool,
+    /// Built-in kernel whose outputs `--judge` judges.
+    #[arg(long, default_value = "twopass-native", requires = "judge")]
+    pub judge_kernel: String,
 }
 
 /// `bnconf bench`: print the report to stdout.
@@ -444,8 +455,18 @@ pub fn cli(a: &BenchArgs) -> Result<()> {
             return Err(ConfError::field("--shape", "needs N,C,H,W"));
         }
     }
-    let report = bnconf::fast::with_threads(a.threads, || run(&opts))??;
-    print!("{report}");
+    if a.judge {
+        let table = judge::judge_table(&judge::JudgeBenchOpts {
+            python: a.python.clone(),
+            reps: a.reps,
+            threads: a.threads,
+            kernel: a.judge_kernel.clone(),
+        })?;
+        print!("{table}");
+    } else {
+        let report = bnconf::fast::with_threads(a.threads, || run(&opts))??;
+        print!("{report}");
+    }
     if opts.python.is_some() {
         let table = bnconf::fast::with_threads(a.threads, || side_by_side(&opts))??;
         print!("\n{table}");

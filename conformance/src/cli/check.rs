@@ -4,7 +4,7 @@
 
 use crate::{ReportArgs, SuiteArgs};
 use bnconf::error::ConfError;
-use bnconf::judge::check::{self, summarize};
+use bnconf::judge::check::summarize;
 use bnconf::{protocol, report};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -118,11 +118,14 @@ fn check_inner(
         (None, None) => return Err(ConfError::field("check", "give a suite DIR or --exec CMD")),
     };
     protocol::verify_inputs(&dir, &s)?;
-    let prepared = check::prepare(&s.cases)?;
-    let results: Vec<check::CaseResult> = prepared
-        .iter()
-        .map(|p| p.judge_written(&protocol::read_written(&dir, p)))
-        .collect();
+    // One chunk of cases at a time; only the failing cases' preparations are kept, for the
+    // diagnosis and the HTML report.
+    let mut s = s;
+    let keep = !out.no_diagnosis || out.html.is_some();
+    let protocol::Judged {
+        results,
+        failing: prepared,
+    } = protocol::judge_dir(&dir, &mut s, keep)?;
     let diagnosis = if out.no_diagnosis {
         None
     } else {

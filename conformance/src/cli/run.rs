@@ -74,16 +74,19 @@ fn cmd_run(
         if let Some(sh) = shard {
             sh.apply(&mut s);
         }
-        let prepared = check::prepare(&s.cases)?;
-        let mut rows = Vec::new();
-        if name == "replicated" {
+        // One chunk of cases at a time (prepared, every kernel run and judged on it, dropped):
+        // the preparations of the whole suite are never held together, nor the failing
+        // outputs (`computed`, which the table does not show).
+        let mut rows: Vec<RunRow> = Vec::new();
+        let replicated = name == "replicated";
+        if replicated {
             for k in bnconf_impl::all_replicated_kernels() {
                 if wanted(k.name()) {
                     rows.push(RunRow {
                         name: k.name(),
                         good: k.expected() == bnconf_impl::Expected::Good,
                         shows: "replicated",
-                        results: bnconf::judge::ranks::run_kernel(k.as_ref(), &prepared),
+                        results: vec![],
                     });
                 }
             }
@@ -94,9 +97,29 @@ fn cmd_run(
                         name: k.name(),
                         good: k.expected() == bnconf_impl::Expected::Good,
                         shows: k.defect_suite(),
-                        results: check::run_kernel(k.as_ref(), &prepared),
+                        results: vec![],
                     });
                 }
+            }
+        }
+        let (plain, reps) = (
+            bnconf_impl::all_kernels(),
+            bnconf_impl::all_replicated_kernels(),
+        );
+        for range in check::chunks(&s.cases, check::JUDGE_CHUNK_CELLS) {
+            let prepared = check::prepare(&s.cases[range])?;
+            for row in &mut rows {
+                let mut results = if replicated {
+                    let k = reps.iter().find(|k| k.name() == row.name).expect("listed");
+                    bnconf::judge::ranks::run_kernel(k.as_ref(), &prepared)
+                } else {
+                    let k = plain.iter().find(|k| k.name() == row.name).expect("listed");
+                    check::run_kernel(k.as_ref(), &prepared)
+                };
+                for r in &mut results {
+                    r.computed = None;
+                }
+                row.results.extend(results);
             }
         }
         if i > 0 {

@@ -50,11 +50,42 @@ pub fn judged_fast(c: &SuiteCase) -> bool {
 
 /// The fast preparation of a large case; `None` where it does not apply (then the exact path
 /// runs and reports any error in the case, as for small cases).
+#[cfg(test)]
 fn prepare_fast(c: &SuiteCase) -> Option<Prepared> {
+    fast_parts(c).map(|parts| from_fast_parts(c.clone(), parts))
+}
+
+/// The preparation of case `c` from its fast parts ([`fast_parts`]).
+fn from_fast_parts(c: SuiteCase, parts: FastParts) -> Prepared {
+    let (k, golden, budgets, approx, fast, locals) = parts;
+    Prepared {
+        k,
+        case: c,
+        golden,
+        budgets,
+        approx,
+        fast: Some(fast),
+        locals,
+    }
+}
+
+/// What the fast preparation computes of a case: `k`, the goldens, budgets and
+/// approximations of its per-channel outputs, its fast cells and its ranks' parts.
+type FastParts = (
+    f64,
+    Outputs,
+    BTreeMap<&'static str, Vec<ElementBudget>>,
+    BTreeMap<&'static str, Vec<Approx>>,
+    std::sync::Arc<crate::fast::cells::FastCells>,
+    Option<std::sync::Arc<Vec<crate::judge::replicated::RankLocal>>>,
+);
+
+fn fast_parts(c: &SuiteCase) -> Option<FastParts> {
     let geom = bnconf_spec::Geometry::new(c.layout, &c.shape, usize::MAX).expect("valid");
     let eps = bnconf_spec::exact::parse::parse_rational(&c.eps).expect("generated eps");
     let fp = c.fast_problem().ok()?;
     let fc = crate::fast::cells::FastCells::new(&fp).ok()?;
+    drop(fp);
     let budgets = budget::budgets_bound_f64(c.op, &geom, &eps, &c.inputs).ok()?;
     let mut golden = Outputs::new();
     let mut approx = BTreeMap::new();
@@ -65,15 +96,14 @@ fn prepare_fast(c: &SuiteCase) -> Option<Prepared> {
     let locals = crate::judge::replicated::locals(c, &golden)
         .ok()?
         .map(std::sync::Arc::new);
-    Some(Prepared {
-        k: budget::k_allowance(geom.m),
-        case: c.clone(),
+    Some((
+        budget::k_allowance(geom.m),
         golden,
         budgets,
         approx,
-        fast: Some(std::sync::Arc::new(fc)),
+        std::sync::Arc::new(fc),
         locals,
-    })
+    ))
 }
 
 impl Prepared {
@@ -216,6 +246,38 @@ impl Approx {
     }
 }
 
+/// Input values (all inputs of the cases together) that the streaming judge (`check DIR`,
+/// `check --exec`, `run`) prepares and judges at once, at most ([`chunks`]); a larger case is
+/// judged alone. Its working set is then about [`JUDGE_BYTES_PER_CELL`] bytes per cell of the
+/// larger of the largest case and this many values.
+pub const JUDGE_CHUNK_CELLS: usize = 1 << 20;
+
+/// The streaming judge's working set per cell of the cases in hand (docs/PERF.md, "Judging
+/// the scale suite"), for a backward case (inputs `x`, `dy`, output `dx` per cell): 16 bytes of
+/// inputs (f64), 16 of the fast cells' copy of them, 24 of budgets and as much again while
+/// they are assembled, 16 of their per-channel gather, 8 of the kernel's output read back
+/// (f64) and 8 of ratios, at most.
+pub const JUDGE_BYTES_PER_CELL: usize = 112;
+
+/// Consecutive runs of `cases`, in order, each of at most `max_values` input values (all
+/// inputs together) or a single case: the chunks the streaming judge prepares at once.
+pub fn chunks(cases: &[SuiteCase], max_values: usize) -> Vec<std::ops::Range<usize>> {
+    let mut out = vec![];
+    let (mut start, mut values) = (0, 0usize);
+    for (i, c) in cases.iter().enumerate() {
+        let n: usize = c.inputs.values().map(Vec::len).sum();
+        if i > start && values.saturating_add(n) > max_values {
+            out.push(start..i);
+            (start, values) = (i, 0);
+        }
+        values = values.saturating_add(n);
+    }
+    if start < cases.len() {
+        out.push(start..cases.len());
+    }
+    out
+}
+
 /// Evaluate goldens and budgets for every case (in parallel; order kept). Large cases are
 /// prepared through the fast cells ([`judged_fast`]); verdicts and ratios are those of the
 /// exact path (tested).
@@ -231,35 +293,46 @@ pub fn prepare_with(
 ) -> Result<Vec<Prepared>, bnconf_spec::SpecError> {
     cases
         .par_iter()
-        .map(|c| {
-            if let Some(p) = (allow_fast && judged_fast(c))
-                .then(|| prepare_fast(c))
-                .flatten()
-            {
-                return Ok(p);
-            }
-            let p = c.problem();
-            let golden = match exact_by_forms(c) {
-                Some(g) => g,
-                None => p.evaluate()?,
-            };
-            let budgets = budget::budgets_auto(&p)?;
-            let approx = golden
-                .iter()
-                .map(|(&n, v)| (n, v.iter().map(Approx::new).collect()))
-                .collect();
-            let locals = crate::judge::replicated::locals(c, &golden)?.map(std::sync::Arc::new);
-            Ok(Prepared {
-                k: budget::k_allowance(p.geom.m),
-                case: c.clone(),
-                golden,
-                budgets,
-                approx,
-                fast: None,
-                locals,
-            })
-        })
+        .map(|c| prepare_case(c.clone(), allow_fast))
         .collect()
+}
+
+/// [`prepare`] of cases given by value: each moved into its preparation rather than copied
+/// (the streaming judge's way: a case's inputs are held once). The same preparations.
+pub fn prepare_owned(cases: Vec<SuiteCase>) -> Result<Vec<Prepared>, bnconf_spec::SpecError> {
+    cases
+        .into_par_iter()
+        .map(|c| prepare_case(c, true))
+        .collect()
+}
+
+/// The preparation of one case (through the fast cells where `allow_fast` and it is large).
+fn prepare_case(c: SuiteCase, allow_fast: bool) -> Result<Prepared, bnconf_spec::SpecError> {
+    if allow_fast && judged_fast(&c) {
+        if let Some(parts) = fast_parts(&c) {
+            return Ok(from_fast_parts(c, parts));
+        }
+    }
+    let p = c.problem();
+    let golden = match exact_by_forms(&c) {
+        Some(g) => g,
+        None => p.evaluate()?,
+    };
+    let budgets = budget::budgets_auto(&p)?;
+    let approx = golden
+        .iter()
+        .map(|(&n, v)| (n, v.iter().map(Approx::new).collect()))
+        .collect();
+    let locals = crate::judge::replicated::locals(&c, &golden)?.map(std::sync::Arc::new);
+    Ok(Prepared {
+        k: budget::k_allowance(p.geom.m),
+        case: c,
+        golden,
+        budgets,
+        approx,
+        fast: None,
+        locals,
+    })
 }
 
 /// The exact outputs of a case the fast path covers from its channel constants (the same
@@ -286,6 +359,33 @@ mod tests {
     use crate::judge::verdict::approx;
     use bnconf_spec::exact::round::FloatFormat;
     use bnconf_spec::Op;
+
+    /// `chunks` partitions the cases in order into runs of at most the bound of input values,
+    /// a case over the bound alone, and no run that could take the next case stopped early.
+    #[test]
+    fn chunks_partition_the_cases_in_order_within_the_bound() {
+        let s = crate::suite::test_suite("default", &[FloatFormat::F32]);
+        let values = |c: &SuiteCase| c.inputs.values().map(Vec::len).sum::<usize>();
+        let largest = s.cases.iter().map(values).max().unwrap();
+        for max in [0, 1, 100, largest, 5000, usize::MAX] {
+            let ch = chunks(&s.cases, max);
+            let mut next = 0;
+            for (j, r) in ch.iter().enumerate() {
+                assert_eq!(r.start, next, "max {max}");
+                assert!(r.end > r.start, "max {max}: empty chunk");
+                let n: usize = s.cases[r.clone()].iter().map(values).sum();
+                assert!(n <= max || r.len() == 1, "max {max}: {r:?} holds {n}");
+                if let Some(c) = s.cases.get(r.end) {
+                    assert!(n + values(c) > max, "max {max}: chunk {j} stopped early");
+                }
+                next = r.end;
+            }
+            assert_eq!(next, s.cases.len(), "max {max}");
+        }
+        assert_eq!(chunks(&s.cases, 0).len(), s.cases.len());
+        assert_eq!(chunks(&s.cases, usize::MAX), vec![0..s.cases.len()]);
+        assert!(chunks(&[], 10).is_empty());
+    }
 
     /// The judge's exact outputs from the channel constants equal `Problem::evaluate`'s on
     /// every default-suite case the fast path covers (f32 and f64).

@@ -6,6 +6,8 @@ use crate::formats::atomic::write_bytes;
 use crate::formats::npy::{read_npy_any, write_npy, NpyData};
 use crate::judge::check::Written;
 use crate::judge::prepare::Prepared;
+use crate::judge::verdict::{CaseResult, Verdict};
+use crate::par::*;
 use crate::suite::select::Selection;
 use crate::suite::{self, Filter, Precision, Suite, SuiteCase};
 use bnconf_spec::exact::round::FloatFormat;
@@ -172,6 +174,78 @@ pub(crate) fn verify_case_inputs(
         }
     }
     Ok(())
+}
+
+/// What [`judge_dir`] found: a result per case, in the suite's order, and the preparations of
+/// the failing cases (when asked for: the diagnosis and the HTML report use them).
+#[derive(Debug, Default)]
+pub struct Judged {
+    /// One result per case of the suite, in order.
+    pub results: Vec<CaseResult>,
+    /// The failing cases' preparations (`Verdict::Fail`), if kept.
+    pub failing: Vec<Prepared>,
+}
+
+/// Judge what a kernel wrote into `dir` for every case of `s`, streaming: consecutive cases
+/// of at most [`crate::judge::prepare::JUDGE_CHUNK_CELLS`] input values together (one case if larger) are prepared,
+/// their outputs read and judged, and dropped before the next; each case's inputs are moved
+/// into its preparation, not copied, and dropped from `s` once it passes (a case that does
+/// not pass keeps its inputs in `s` for the reports' details). The results and verdicts are
+/// those of preparing every case at once and judging each ([`Prepared::judge_written`] of
+/// [`read_written`]): the same code, case by case. The inputs are not verified here
+/// ([`verify_inputs`] first).
+pub fn judge_dir(dir: &Path, s: &mut Suite, keep_failing: bool) -> Result<Judged> {
+    judge_dir_in_chunks(
+        dir,
+        s,
+        keep_failing,
+        crate::judge::prepare::JUDGE_CHUNK_CELLS,
+    )
+}
+
+/// [`judge_dir`] with chunks of at most `chunk_cells` input values (tests vary it).
+fn judge_dir_in_chunks(
+    dir: &Path,
+    s: &mut Suite,
+    keep_failing: bool,
+    chunk_cells: usize,
+) -> Result<Judged> {
+    let mut out = Judged {
+        results: Vec::with_capacity(s.cases.len()),
+        failing: vec![],
+    };
+    for range in crate::judge::prepare::chunks(&s.cases, chunk_cells) {
+        let (start, end) = (range.start, range.end);
+        // Each case moved out of the suite (its inputs), the rest of it left in place.
+        let chunk: Vec<SuiteCase> = s.cases[start..end]
+            .iter_mut()
+            .map(|c| {
+                let inputs = std::mem::take(&mut c.inputs);
+                let mut owned = c.clone();
+                owned.inputs = inputs;
+                owned
+            })
+            .collect();
+        let prepared = crate::judge::check::prepare_owned(chunk)?;
+        let results: Vec<CaseResult> = prepared
+            .par_iter()
+            .map(|p| p.judge_written(&read_written(dir, p)))
+            .collect();
+        for ((p, r), slot) in prepared
+            .into_iter()
+            .zip(results)
+            .zip(&mut s.cases[start..end])
+        {
+            if r.verdict != Verdict::Pass {
+                slot.inputs = p.case.inputs.clone();
+            }
+            if keep_failing && r.verdict == Verdict::Fail {
+                out.failing.push(p);
+            }
+            out.results.push(r);
+        }
+    }
+    Ok(out)
 }
 
 /// What an error says of a file, without the file's path (the caller names it relative to DIR).
@@ -480,4 +554,89 @@ pub(crate) fn case_value(cd: &Path) -> Result<Value> {
         path: cpath.display().to_string(),
         msg: e.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::judge::check::prepare;
+
+    /// `judge_dir` streams what preparing every case at once and judging each gives, result
+    /// for result (verdicts, ratios, worst elements, the failing outputs kept), whatever the
+    /// chunk size (one case per chunk, a few, all); it keeps the preparations of exactly the
+    /// failing cases when asked (none otherwise), and leaves in the suite the inputs of the
+    /// cases that did not pass, those of the passing ones dropped.
+    #[test]
+    fn judge_dir_streams_the_results_of_judging_all_at_once() {
+        let full = crate::suite::test_suite("default", &[FloatFormat::F32]);
+        // Every op, a few cases of each, and the large-mean ones, which the one-pass variance
+        // fails (forward and backward).
+        let mut cases: Vec<SuiteCase> = vec![];
+        for op in Op::ALL {
+            cases.extend(
+                full.cases
+                    .iter()
+                    .filter(|c| c.op == op)
+                    .filter(|c| c.class.starts_with("large-mean") || c.class == "gaussian")
+                    .take(8)
+                    .cloned(),
+            );
+        }
+        let suite = Suite {
+            cases,
+            ..full.clone()
+        };
+        let dir = std::env::temp_dir().join(format!("bnconf-judge-dir-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let filter = Filter::default();
+        export(&suite, Precision::uniform(FloatFormat::F32), &filter, &dir).unwrap();
+        let bad = bnconf_impl::kernel_by_name("bad-onepass-var").expect("a known-bad kernel");
+        run_kernel_dir(bad.as_ref(), &dir).unwrap();
+        // An unsupported and a malformed case too.
+        let ids: Vec<String> = suite.cases.iter().map(|c| c.id.clone()).collect();
+        write_bytes(&dir.join(&ids[0]).join("out/unsupported"), b"not today").unwrap();
+        let first_out = suite.cases[1].op.outputs()[0];
+        std::fs::remove_file(dir.join(&ids[1]).join(format!("out/{first_out}.npy"))).unwrap();
+
+        let want: Vec<CaseResult> = prepare(&suite.cases)
+            .unwrap()
+            .iter()
+            .map(|p| p.judge_written(&read_written(&dir, p)))
+            .collect();
+        let verdicts: Vec<&Verdict> = want.iter().map(|r| &r.verdict).collect();
+        assert!(
+            verdicts.contains(&&Verdict::Pass) && verdicts.contains(&&Verdict::Fail),
+            "{verdicts:?}"
+        );
+        assert!(matches!(want[0].verdict, Verdict::Unsupported(_)));
+        assert!(matches!(want[1].verdict, Verdict::Malformed(_)));
+        let total: usize = suite
+            .cases
+            .iter()
+            .map(|c| c.inputs.values().map(Vec::len).sum::<usize>())
+            .sum();
+        for (chunk, keep) in [(1, true), (500, false), (total, true), (usize::MAX, true)] {
+            let mut s = suite.clone();
+            let got = judge_dir_in_chunks(&dir, &mut s, keep, chunk).unwrap();
+            assert_eq!(got.results.len(), want.len());
+            for (g, w) in got.results.iter().zip(&want) {
+                assert_eq!(format!("{g:?}"), format!("{w:?}"), "chunk {chunk}");
+            }
+            let failing: Vec<&str> = want
+                .iter()
+                .filter(|r| r.verdict == Verdict::Fail)
+                .map(|r| r.id.as_str())
+                .collect();
+            let kept: Vec<&str> = got.failing.iter().map(|p| p.case.id.as_str()).collect();
+            assert_eq!(kept, if keep { failing } else { vec![] }, "chunk {chunk}");
+            for ((c, orig), r) in s.cases.iter().zip(&suite.cases).zip(&want) {
+                let mut stripped = orig.clone();
+                if r.verdict == Verdict::Pass {
+                    stripped.inputs.clear();
+                }
+                assert_eq!(c, &stripped, "{} (chunk {chunk})", c.id);
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
