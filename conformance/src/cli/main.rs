@@ -107,10 +107,19 @@ enum Cmd {
         #[arg(long, default_value = "protocol")]
         format: String,
     },
-    /// Judge the outputs a kernel wrote into DIR, or (with --exec) export, run and judge.
+    /// Judge the outputs a kernel wrote into DIR, or (with --exec) export, run and judge, or
+    /// (with --case) judge one case of your own.
     Check {
         /// A directory written by `bnconf export` and filled by a kernel.
         dir: Option<PathBuf>,
+        /// Judge this case file (`bnconf-case/1`, inputs inline or `{"npy": "path.npy"}`)
+        /// instead of a suite: against the kernel's outputs in --outputs DIR.
+        #[arg(long, value_name = "CASE.json", requires = "outputs", conflicts_with_all = ["dir", "exec", "shard", "suite", "dtype", "seed", "ops", "layouts"])]
+        case: Option<PathBuf>,
+        /// With --case: the directory holding the kernel's outputs, `<output>.npy` each (case
+        /// dtype, the output's shape).
+        #[arg(long, value_name = "DIR", requires = "case")]
+        outputs: Option<PathBuf>,
         /// Export the suite to a temporary directory, run `CMD ARGS DIR`, then judge. CMD is
         /// split into words as a POSIX shell does (quotes, backslashes; no expansion).
         #[arg(long, value_name = "CMD")]
@@ -329,7 +338,15 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
             format,
         } => export::export(sel, out, shard, format),
         Cmd::Check {
+            case: Some(case),
+            outputs: Some(outputs),
+            out,
+            ..
+        } => check::cmd_check_case(case, outputs, out),
+        Cmd::Check {
             dir,
+            case: _,
+            outputs: _,
             exec,
             exec_shell,
             timeout,

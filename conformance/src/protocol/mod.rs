@@ -17,6 +17,7 @@ use std::path::Path;
 pub mod exec;
 pub mod replicated;
 pub mod stablehlo;
+pub mod user_case;
 
 use crate::formats::fsafe::read_regular_string;
 pub use crate::formats::fsafe::MAX_META_BYTES;
