@@ -102,8 +102,10 @@ enum Cmd {
         /// shards partition the suite (recorded in manifest.json; `check DIR` judges that shard).
         #[arg(long, value_name = "K/N")]
         shard: Option<suite::shard::Shard>,
-        /// `protocol` (the kernel directory protocol) or `stablehlo` (per case a StableHLO
-        /// module with its inputs as constants, goldens and per-element budgets; f32, f64).
+        /// `protocol` (the kernel directory protocol), `stablehlo` (per case a StableHLO
+        /// module with its inputs as constants, goldens and per-element budgets; f32, f64) or
+        /// `onnx` (ONNX's backend-test layout: per case model.onnx, test_data_set_0/*.pb and
+        /// per-element budgets).
         #[arg(long, default_value = "protocol")]
         format: String,
     },

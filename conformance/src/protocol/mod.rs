@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 pub mod exec;
+pub mod onnx_export;
 pub mod replicated;
 pub mod stablehlo;
 pub mod user_case;
