@@ -89,12 +89,13 @@ fn check_precision(prec: &str) {
     let p = Precision::from_name(prec).unwrap();
     let s = suite::generate_in("default", &[p], suite::DEFAULT_SEED, &Filter::default()).unwrap();
     let by_id: BTreeMap<&str, &SuiteCase> = s.cases.iter().map(|c| (c.id.as_str(), c)).collect();
-    let listed = m["cases"].as_array().unwrap();
-    let unsupported = m["unsupported"].as_array().unwrap();
-    let extra_excluded = m["excluded"].as_array().unwrap().len() - s.excluded.len();
+    let [listed, unsupported, excluded] =
+        ["cases", "unsupported", "excluded"].map(|k| m[k].as_array().unwrap());
+    // Every suite case is a model, unsupported, or excluded (the suite's or ill-posed with
+    // the float32 attributes).
     assert_eq!(
-        listed.len() + unsupported.len() + extra_excluded,
-        s.cases.len()
+        listed.len() + unsupported.len() + excluded.len(),
+        s.cases.len() + s.excluded.len()
     );
     // Unsupported: exactly the ops and layouts ONNX has no operator for, each with its reason.
     for u in unsupported {
@@ -229,9 +230,9 @@ fn check_precision(prec: &str) {
             assert_eq!(f, pp.case.dtype_of(name), "{id} {name}");
             assert_eq!(v.len(), pp.output_len(name));
             let u = budget::unit_roundoff(f);
-            for j in 0..v.len() {
+            for (j, got) in v.iter().enumerate() {
                 let want = round(&pp.exact_at(name, j), f).to_f64();
-                assert_eq!(v[j].to_bits(), want.to_bits(), "{id}: {name}[{j}]");
+                assert_eq!(got.to_bits(), want.to_bits(), "{id}: {name}[{j}]");
                 let bw = pp.k * u * pp.budgets[name][j].total(u);
                 assert_eq!(b.get(j).to_bits(), bw.to_bits(), "{id}: budget {name}[{j}]");
                 compared += 1;
@@ -292,6 +293,28 @@ fn bnconf_onnx_reads_the_export_back() {
     }
 }
 
+/// How many files under `d` (a directory under `a`) have the same bytes at the same path
+/// under `b`; panics naming the first that differs or is missing.
+fn same_tree(a: &Path, b: &Path, d: &Path) -> usize {
+    let mut entries: Vec<_> = std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    entries
+        .iter()
+        .map(|p| match p.is_dir() {
+            true => same_tree(a, b, p),
+            false => {
+                let twin = b.join(p.strip_prefix(a).unwrap());
+                let same = std::fs::read(p).unwrap() == std::fs::read(&twin).unwrap();
+                assert!(same, "{} differs", p.display());
+                1
+            }
+        })
+        .sum()
+}
+
 /// The same bytes whatever the thread count; a bad --format is exit 2 naming it.
 #[test]
 fn deterministic_and_bad_format() {
@@ -299,25 +322,7 @@ fn deterministic_and_bad_format() {
     let b = common::scratch("onnx-export-det", "b");
     export("f32", &a, &[("RAYON_NUM_THREADS", "1")]);
     export("f32", &b, &[("RAYON_NUM_THREADS", "2")]);
-    let mut files = 0;
-    let mut stack = vec![a.clone()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                let q = b.join(p.strip_prefix(&a).unwrap());
-                assert_eq!(
-                    std::fs::read(&p).unwrap(),
-                    std::fs::read(&q).unwrap(),
-                    "{}",
-                    p.display()
-                );
-                files += 1;
-            }
-        }
-    }
+    let files = same_tree(&a, &b, &a);
     assert!(files > 1000, "{files}");
     let o = bnconf(&["export", "--format", "onnyx", "--out", a.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));

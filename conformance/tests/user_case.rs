@@ -197,11 +197,7 @@ fn npy_inputs_and_half_precisions() {
             .output()
             .unwrap();
         assert_eq!(o.status.code(), Some(0), "{dtype}: {}", text(&o));
-        assert!(
-            stdout(&o).contains(&format!("forward        nchw")),
-            "{}",
-            text(&o)
-        );
+        assert!(stdout(&o).contains("forward        nchw"), "{}", text(&o));
     }
 }
 
@@ -236,6 +232,9 @@ fn a_known_bad_kernel_is_diagnosed() {
     assert!(!t.contains("behaves like"), "{t}");
 }
 
+/// A change to a case file.
+type Edit = Box<dyn Fn(&mut Value)>;
+
 /// Every bad input is exit 2 with an error naming the field, and no report file is written.
 #[test]
 fn bad_inputs_are_exit_2_naming_the_field() {
@@ -250,7 +249,7 @@ fn bad_inputs_are_exit_2_naming_the_field() {
     )
     .unwrap();
     write_npy(&d.join("short.npy"), &[2], &NpyData::F64(vec![1.0, 1.0])).unwrap();
-    let edits: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
+    let edits: Vec<(&str, Edit)> = vec![
         ("dtype", Box::new(|c| c["dtype"] = json!("exact"))),
         ("dtype", Box::new(|c| c["dtype"] = json!("f8"))),
         ("op", Box::new(|c| c["op"] = json!("layer_norm_typo"))),

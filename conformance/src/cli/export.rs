@@ -58,7 +58,7 @@ fn export_onnx(
     }
     eprintln!(
         "bnconf: wrote {} ONNX tests of suite {} ({}) to {} ({} cases unsupported, {} excluded: manifest.json says which)",
-        w.models,
+        w.modules,
         s.name,
         dtype.name(),
         out.display(),

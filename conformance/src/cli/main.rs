@@ -69,6 +69,8 @@ impl LimitArgs {
     }
 }
 
+// One value per run, parsed once: the size of its largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Cmd {
     /// Exact golden outputs of a case file (FORMAT.md), to stdout, `-o FILE`, or `--out-dir DIR` (npy).

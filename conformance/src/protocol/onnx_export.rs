@@ -203,36 +203,22 @@ fn build(c: &SuiteCase) -> Result<std::result::Result<Test, String>> {
         format,
         budget,
     };
-    let input = |onnx, name: &str| {
+    // A tensor of the case: an input (no budget) or an output (its golden and budget).
+    let tensor = |onnx, name: &str, output: bool| {
         let dims = if Op::extent(name) == Extent::Cells {
             &xd
         } else {
             &cd
         };
-        port(
-            onnx,
-            name,
-            dims,
-            mc.inputs[name].clone(),
-            c.dtype_of(name),
-            vec![],
-        )
-    };
-    let output = |onnx, name: &str| {
-        let dims = if Op::extent(name) == Extent::Cells {
-            &xd
+        let (values, b) = if output {
+            (gold[name].clone(), budget[name].clone())
         } else {
-            &cd
+            (mc.inputs[name].clone(), vec![])
         };
-        port(
-            onnx,
-            name,
-            dims,
-            gold[name].clone(),
-            c.dtype_of(name),
-            budget[name].clone(),
-        )
+        port(onnx, name, dims, values, c.dtype_of(name), b)
     };
+    let input = |onnx, name: &str| tensor(onnx, name, false);
+    let output = |onnx, name: &str| tensor(onnx, name, true);
     let constant = |onnx, v: f64, what: &str| port(onnx, what, &cd, vec![v; g.c], par, vec![]);
     let t = match c.op {
         Op::Eval => Test {
@@ -357,16 +343,17 @@ fn model(id: &str, t: &Test) -> pb::ModelProto {
     }
 }
 
-/// What was written.
-#[derive(Clone, Debug, Default)]
-pub struct Written {
-    /// Cases with a model.
-    pub models: usize,
-    /// Cases without one, with the reason.
-    pub unsupported: Vec<(String, String)>,
-    /// Cases left out because the float32 attributes make them ill-posed.
-    pub excluded: Vec<(String, String)>,
+/// `[{"id", "reason"}]` of `(id, reason)` pairs, in order.
+fn reasons(list: &[(String, String)]) -> Value {
+    list.iter()
+        .map(|(id, why)| json!({"id": id, "reason": why}))
+        .collect()
 }
+
+/// What was written: the StableHLO export's record (`modules`: the models written;
+/// `unsupported`: the cases no ONNX operator expresses; `excluded`: those the float32
+/// attributes make ill-posed).
+pub use crate::protocol::stablehlo::Written;
 
 /// Write the ONNX export of a suite into `dir` (every precision: BatchNormalization-15 takes
 /// f32, f64, f16 and bf16, and parameters in another type than `X`): per supported case
@@ -442,7 +429,7 @@ pub fn export(s: &Suite, dtype: Precision, filter: &Filter, dir: &Path) -> Resul
             "inputs": ins,
             "outputs": outs,
         }));
-        w.models += 1;
+        w.modules += 1;
     }
     let manifest = json!({
         "format": FORMAT,
@@ -456,8 +443,8 @@ pub fn export(s: &Suite, dtype: Precision, filter: &Filter, dir: &Path) -> Resul
         "generator": {"tool": "bnconf", "version": env!("CARGO_PKG_VERSION")},
         "budget": "per element |output - golden| <= budget: k(m)*u*(cond + mag + u*mag2 + underflow/u), f64",
         "cases": listed,
-        "unsupported": w.unsupported.iter().map(|(id, why)| json!({"id": id, "reason": why})).collect::<Vec<_>>(),
-        "excluded": s.excluded.iter().chain(&w.excluded).map(|(id, why)| json!({"id": id, "reason": why})).collect::<Vec<_>>(),
+        "unsupported": reasons(&w.unsupported),
+        "excluded": reasons(&[&s.excluded[..], &w.excluded[..]].concat()),
     });
     let text = serde_json::to_string_pretty(&manifest).expect("json") + "\n";
     write_bytes(&dir.join("manifest.json"), text.as_bytes())?;
