@@ -134,6 +134,42 @@ fn correct_outputs_conform_and_a_perturbed_element_does_not() {
     assert_eq!(code, Some(1), "{t}");
     assert!(t.contains("var.npy: missing"), "{t}");
 
+    // A FIFO where an output should be: malformed (exit 1) at once, never a hang.
+    std::fs::remove_file(od.join("y.npy")).unwrap();
+    let fifo = std::process::Command::new("mkfifo")
+        .arg(od.join("y.npy"))
+        .status()
+        .unwrap();
+    assert!(fifo.success());
+    let o = common::bnconf_watched(
+        &[
+            "check",
+            "--case",
+            case.to_str().unwrap(),
+            "--outputs",
+            od.to_str().unwrap(),
+        ],
+        std::time::Duration::from_secs(60),
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("y.npy"), "{}", text(&o));
+    std::fs::remove_file(od.join("y.npy")).unwrap();
+    write_outputs(
+        &od,
+        &sc,
+        &BTreeMap::from([("y".to_string(), outs["y"].clone())]),
+    );
+
+    // DIR/error: the kernel failed, its message is the reason (read before the outputs).
+    std::fs::write(od.join("error"), "RuntimeError: out of memory\n").unwrap();
+    let (code, t) = check_case(&case, &od, &[]);
+    assert_eq!(code, Some(1), "{t}");
+    assert!(
+        t.contains("kernel error: RuntimeError: out of memory"),
+        "{t}"
+    );
+    std::fs::remove_file(od.join("error")).unwrap();
+
     // An output of the wrong dtype or shape: a malformed output, exit 1.
     write_npy(&od.join("var.npy"), &[3], &NpyData::F64(vec![1.0; 3])).unwrap();
     let (code, t) = check_case(&case, &od, &[]);
