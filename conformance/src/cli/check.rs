@@ -4,7 +4,7 @@
 
 use crate::{ReportArgs, SuiteArgs};
 use bnconf::error::ConfError;
-use bnconf::judge::check::summarize;
+use bnconf::judge::check::{self, summarize};
 use bnconf::{protocol, report};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -126,23 +126,77 @@ fn check_inner(
         results,
         failing: prepared,
     } = protocol::judge_dir(&dir, &mut s, keep)?;
+    let run = Judged {
+        suite: &s.name,
+        dtype: dtype.static_name(),
+        cases: &s.cases,
+        prepared: &prepared,
+        results: &results,
+        shard,
+        harness_failure,
+    };
+    finish(&run, expectations.as_ref(), &out)
+}
+
+/// `check --case CASE.json --outputs DIR`: judge one user case against the outputs in DIR
+/// (`bnconf::protocol::user_case`), with the same reports, gate and exit codes.
+pub(crate) fn cmd_check_case(
+    case: PathBuf,
+    outputs: PathBuf,
+    out: ReportArgs,
+) -> Result<ExitCode, ConfError> {
+    let expectations = match &out.expectations {
+        Some(p) => Some(bnconf::judge::gate::read(p)?),
+        None => None,
+    };
+    let lim = bnconf::formats::case::InputLimits::default();
+    let (sc, prepared, result) = protocol::user_case::judge_user_case(&case, &outputs, &lim)?;
+    let name = format!("case {}", case.display());
+    let run = Judged {
+        suite: &name,
+        dtype: sc.precision().static_name(),
+        cases: std::slice::from_ref(&sc),
+        prepared: std::slice::from_ref(&prepared),
+        results: std::slice::from_ref(&result),
+        shard: None,
+        harness_failure: None,
+    };
+    finish(&run, expectations.as_ref(), &out)
+}
+
+/// What was judged, for [`finish`].
+struct Judged<'a> {
+    suite: &'a str,
+    dtype: &'static str,
+    cases: &'a [bnconf::suite::SuiteCase],
+    prepared: &'a [check::Prepared],
+    results: &'a [check::CaseResult],
+    shard: Option<bnconf::suite::shard::Shard>,
+    harness_failure: Option<String>,
+}
+
+/// Diagnose, gate, print and write the reports of judged cases; the exit code.
+fn finish(
+    run: &Judged,
+    expectations: Option<&bnconf::judge::gate::Expectations>,
+    out: &ReportArgs,
+) -> Result<ExitCode, ConfError> {
+    let (prepared, results) = (run.prepared, run.results);
     let diagnosis = if out.no_diagnosis {
         None
     } else {
-        Some(bnconf::judge::diagnosis::diagnose(&prepared, &results))
+        Some(bnconf::judge::diagnosis::diagnose(prepared, results))
     };
-    let gate = expectations
-        .as_ref()
-        .map(|e| bnconf::judge::gate::gate(e, &results, out.require_all));
+    let gate = expectations.map(|e| bnconf::judge::gate::gate(e, results, out.require_all));
     let ctx = report::Context {
-        suite: &s.name,
-        dtype: dtype.static_name(),
-        results: &results,
-        cases: &s.cases,
+        suite: run.suite,
+        dtype: run.dtype,
+        results,
+        cases: run.cases,
         diagnosis: diagnosis.as_deref(),
         gate: gate.as_ref(),
-        shard,
-        harness_failure,
+        shard: run.shard,
+        harness_failure: run.harness_failure.clone(),
     };
     print!("{}", report::human_report(&ctx, out.max_details));
     if let Some(p) = &out.report {
@@ -152,13 +206,13 @@ fn check_inner(
         report::write_junit_report(p, &ctx)?;
     }
     if let Some(p) = &out.html {
-        report::html::write(p, &ctx, &prepared)?;
+        report::html::write(p, &ctx, prepared)?;
     }
     if let Some(p) = &out.write_expectations {
-        let n = report::expectations::write(p, &results, out.require_all, ctx.diag())?;
+        let n = report::expectations::write(p, results, out.require_all, ctx.diag())?;
         eprintln!("bnconf: wrote {n} expected failures to {}", p.display());
     }
-    let sm = summarize(&results);
+    let sm = summarize(results);
     let verdicts_ok = match &gate {
         Some(g) => g.ok(),
         None => sm.failed == 0 && !(out.require_all && sm.unsupported > 0),

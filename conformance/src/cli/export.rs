@@ -1,5 +1,5 @@
 //! `bnconf export`: write a suite into a directory for an outside kernel (the kernel
-//! directory protocol), or in another format (`--format`).
+//! directory protocol), or in another format (`--format stablehlo`, `--format onnx`).
 
 use crate::SuiteArgs;
 use bnconf::error::ConfError;
@@ -16,8 +16,16 @@ pub(crate) fn export(
 ) -> Result<ExitCode, ConfError> {
     let sel = sel.selection(shard)?;
     let (s, dtype, filter) = (sel.generate(), sel.precision, sel.filter);
-    if format != "protocol" {
-        return crate::stablehlo::export(&format, &s, dtype, &filter, &out, shard);
+    match format.as_str() {
+        "protocol" => {}
+        "stablehlo" => return crate::stablehlo::export(&format, &s, dtype, &filter, &out, shard),
+        "onnx" => return export_onnx(&s, dtype, &filter, &out, shard),
+        other => {
+            return Err(ConfError::field(
+                "--format",
+                format!("unknown format {other:?} (protocol, stablehlo, onnx)"),
+            ))
+        }
     }
     protocol::export(&s, dtype, &filter, &out)?;
     if let Some(sh) = shard {
@@ -30,6 +38,32 @@ pub(crate) fn export(
         dtype.name(),
         out.display(),
         s.excluded.len()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `export --format onnx`: the suite in ONNX's backend-test layout
+/// (`bnconf::protocol::onnx_export`), `--shard` recorded, a line on stderr saying what was
+/// written.
+fn export_onnx(
+    s: &bnconf::suite::Suite,
+    dtype: bnconf::suite::Precision,
+    filter: &bnconf::suite::Filter,
+    out: &std::path::Path,
+    shard: Option<bnconf::suite::shard::Shard>,
+) -> Result<ExitCode, ConfError> {
+    let w = protocol::onnx_export::export(s, dtype, filter, out)?;
+    if let Some(sh) = shard {
+        bnconf::suite::shard::record_in_manifest(out, sh)?;
+    }
+    eprintln!(
+        "bnconf: wrote {} ONNX tests of suite {} ({}) to {} ({} cases unsupported, {} excluded: manifest.json says which)",
+        w.modules,
+        s.name,
+        dtype.name(),
+        out.display(),
+        w.unsupported.len(),
+        s.excluded.len() + w.excluded.len()
     );
     Ok(ExitCode::SUCCESS)
 }

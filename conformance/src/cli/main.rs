@@ -69,6 +69,8 @@ impl LimitArgs {
     }
 }
 
+// One value per run, parsed once: the size of its largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Cmd {
     /// Exact golden outputs of a case file (FORMAT.md), to stdout, `-o FILE`, or `--out-dir DIR` (npy).
@@ -102,15 +104,26 @@ enum Cmd {
         /// shards partition the suite (recorded in manifest.json; `check DIR` judges that shard).
         #[arg(long, value_name = "K/N")]
         shard: Option<suite::shard::Shard>,
-        /// `protocol` (the kernel directory protocol) or `stablehlo` (per case a StableHLO
-        /// module with its inputs as constants, goldens and per-element budgets; f32, f64).
+        /// `protocol` (the kernel directory protocol), `stablehlo` (per case a StableHLO
+        /// module with its inputs as constants, goldens and per-element budgets; f32, f64) or
+        /// `onnx` (ONNX's backend-test layout: per case model.onnx, test_data_set_0/*.pb and
+        /// per-element budgets).
         #[arg(long, default_value = "protocol")]
         format: String,
     },
-    /// Judge the outputs a kernel wrote into DIR, or (with --exec) export, run and judge.
+    /// Judge the outputs a kernel wrote into DIR, or (with --exec) export, run and judge, or
+    /// (with --case) judge one case of your own.
     Check {
         /// A directory written by `bnconf export` and filled by a kernel.
         dir: Option<PathBuf>,
+        /// Judge this case file (`bnconf-case/1`, inputs inline or `{"npy": "path.npy"}`)
+        /// instead of a suite: against the kernel's outputs in --outputs DIR.
+        #[arg(long, value_name = "CASE.json", requires = "outputs", conflicts_with_all = ["dir", "exec", "shard", "suite", "dtype", "seed", "ops", "layouts"])]
+        case: Option<PathBuf>,
+        /// With --case: the directory holding the kernel's outputs, `<output>.npy` each (case
+        /// dtype, the output's shape).
+        #[arg(long, value_name = "DIR", requires = "case")]
+        outputs: Option<PathBuf>,
         /// Export the suite to a temporary directory, run `CMD ARGS DIR`, then judge. CMD is
         /// split into words as a POSIX shell does (quotes, backslashes; no expansion).
         #[arg(long, value_name = "CMD")]
@@ -329,7 +342,15 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
             format,
         } => export::export(sel, out, shard, format),
         Cmd::Check {
+            case: Some(case),
+            outputs: Some(outputs),
+            out,
+            ..
+        } => check::cmd_check_case(case, outputs, out),
+        Cmd::Check {
             dir,
+            case: _,
+            outputs: _,
             exec,
             exec_shell,
             timeout,

@@ -16,8 +16,9 @@
 //!
 //! ## Decoding
 //!
-//! [`proto`] declares, by hand, the subset of `onnx.proto` that is read (official field
-//! numbers and types) and derives `prost::Message` on it: no `protoc`, no generated code.
+//! [`proto`] (`formats/onnx_proto.rs`, shared with the ONNX export) declares, by hand, the
+//! subset of `onnx.proto` that is read (official field numbers and types) and derives
+//! `prost::Message` on it: no `protoc`, no generated code.
 //! prost checks every length against the buffer (a truncated or hostile file is an error
 //! naming the file, never a panic) and skips the fields not declared.
 //!
@@ -125,98 +126,9 @@ impl Source {
 // ---------------------------------------------------------------------------------------------
 // ONNX messages (only the fields we need)
 
-/// The messages of `onnx.proto` that are read, with only the fields read (official numbers and
-/// types; `onnx.proto` is proto2, so scalars whose presence matters are `optional`).
-pub mod proto {
-    /// `onnx.TensorProto`.
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct TensorProto {
-        /// `repeated int64 dims = 1`.
-        #[prost(int64, repeated, tag = "1")]
-        pub dims: Vec<i64>,
-        /// `optional int32 data_type = 2` (a `TensorProto.DataType`).
-        #[prost(int32, tag = "2")]
-        pub data_type: i32,
-        /// `repeated float float_data = 4 [packed = true]`.
-        #[prost(float, repeated, packed = "true", tag = "4")]
-        pub float_data: Vec<f32>,
-        /// `optional string name = 8`.
-        #[prost(string, tag = "8")]
-        pub name: String,
-        /// `optional bytes raw_data = 9` (little-endian elements).
-        #[prost(bytes = "vec", optional, tag = "9")]
-        pub raw_data: Option<Vec<u8>>,
-        /// `repeated double double_data = 10 [packed = true]`.
-        #[prost(double, repeated, packed = "true", tag = "10")]
-        pub double_data: Vec<f64>,
-    }
-
-    /// `onnx.AttributeProto` (scalar `f` and `i` only).
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct AttributeProto {
-        /// `optional string name = 1`.
-        #[prost(string, tag = "1")]
-        pub name: String,
-        /// `optional float f = 2`.
-        #[prost(float, optional, tag = "2")]
-        pub f: Option<f32>,
-        /// `optional int64 i = 3`.
-        #[prost(int64, optional, tag = "3")]
-        pub i: Option<i64>,
-    }
-
-    /// `onnx.NodeProto`.
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct NodeProto {
-        /// `repeated string input = 1`.
-        #[prost(string, repeated, tag = "1")]
-        pub input: Vec<String>,
-        /// `repeated string output = 2`.
-        #[prost(string, repeated, tag = "2")]
-        pub output: Vec<String>,
-        /// `optional string op_type = 4`.
-        #[prost(string, tag = "4")]
-        pub op_type: String,
-        /// `repeated AttributeProto attribute = 5`.
-        #[prost(message, repeated, tag = "5")]
-        pub attribute: Vec<AttributeProto>,
-    }
-
-    /// `onnx.ValueInfoProto` (its name only).
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct ValueInfoProto {
-        /// `optional string name = 1`.
-        #[prost(string, tag = "1")]
-        pub name: String,
-    }
-
-    /// `onnx.GraphProto`.
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct GraphProto {
-        /// `repeated NodeProto node = 1`.
-        #[prost(message, repeated, tag = "1")]
-        pub node: Vec<NodeProto>,
-        /// `repeated TensorProto initializer = 5`.
-        #[prost(message, repeated, tag = "5")]
-        pub initializer: Vec<TensorProto>,
-        /// `repeated ValueInfoProto input = 11`.
-        #[prost(message, repeated, tag = "11")]
-        pub input: Vec<ValueInfoProto>,
-    }
-
-    /// `onnx.ModelProto` (its graph only).
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct ModelProto {
-        /// `optional GraphProto graph = 7`.
-        #[prost(message, optional, tag = "7")]
-        pub graph: Option<GraphProto>,
-    }
-}
-
-/// `TensorProto.DataType.FLOAT`.
-pub const DT_FLOAT: i32 = 1;
-/// `TensorProto.DataType.DOUBLE`.
-pub const DT_DOUBLE: i32 = 11;
+/// The hand-declared `onnx.proto` messages (shared with the ONNX export's writer).
+pub use crate::formats::onnx_proto as proto;
+pub use crate::formats::onnx_proto::{DT_DOUBLE, DT_FLOAT};
 
 fn wire_err(what: impl std::fmt::Display) -> ConfError {
     ConfError::field("protobuf", what.to_string())

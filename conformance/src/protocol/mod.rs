@@ -17,8 +17,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 pub mod exec;
+pub mod onnx_export;
 pub mod replicated;
 pub mod stablehlo;
+pub mod user_case;
 
 use crate::formats::fsafe::read_regular_string;
 pub use crate::formats::fsafe::MAX_META_BYTES;
