@@ -160,17 +160,17 @@ fn classes(op: &str, layout: &str, dtype: &str) -> PyResult<Vec<String>> {
     in_memory::classes(op, layout, dtype).map_err(value_error)
 }
 
-/// One case as the default suite draws it (`in_memory::draw_case`), or None.
+/// One case as the default suite draws it (`in_memory::draw_case`), or None; `names` are
+/// the op, layout, dtype and class.
 #[pyfunction]
 fn draw_case(
-    op: &str,
-    layout: &str,
-    dtype: &str,
-    class: &str,
+    names: (String, String, String, String),
     seed: u64,
     channels: usize,
 ) -> PyResult<Option<Case>> {
-    let c = in_memory::draw_case(op, layout, dtype, class, seed, channels).map_err(value_error)?;
+    let (op, layout, dtype, class) = names;
+    let c =
+        in_memory::draw_case(&op, &layout, &dtype, &class, seed, channels).map_err(value_error)?;
     Ok(c.map(|case| Case { case }))
 }
 

@@ -88,7 +88,7 @@ def cases(
         klass = draw(st.sampled_from(classes), label="class")
         seed = draw(st.integers(0, 2**32 - 1), label="seed")
         channels = draw(st.integers(1, MAX_CHANNELS), label="channels")
-        nc = nat.draw_case(op, layout, dt, klass, seed, channels)
+        nc = nat.draw_case((op, layout, dt, klass), seed, channels)
         assume(nc is not None)  # ill-posed at this seed (or once cut): not a case
         case = case_from_native(nc)
         case.seed = seed
