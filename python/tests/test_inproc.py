@@ -244,7 +244,8 @@ def _one_pass_var(case):
     shape = [-1 if i == case.channel_axis else 1 for i in range(x.ndim)]
     g, b = case.inputs["gamma"].reshape(shape), case.inputs["beta"].reshape(shape)
     eps = x.dtype.type(case.eps)
-    y = g * (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps) + b
+    with np.errstate(invalid="ignore"):  # a cancelled variance may come out negative
+        y = g * (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps) + b
     return dict(out, y=y, var=var)
 
 
