@@ -87,6 +87,7 @@
 //! });
 //! ```
 
+pub mod in_memory;
 pub mod strategy;
 
 use crate::error::ConfError;

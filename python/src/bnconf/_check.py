@@ -1,5 +1,7 @@
-"""`bnconf.check`: export a suite, run a Python kernel on every case, judge with `bnconf check`
-— the kernel directory protocol of docs/FORMAT.md, driven from Python."""
+"""`bnconf.check`: run a Python kernel on every case of a suite and judge it — in process
+through the extension module (`_inproc`), or by the binary: `bnconf export`, the kernel on
+every case, `bnconf check` (the kernel directory protocol of docs/FORMAT.md, driven from
+Python)."""
 
 from __future__ import annotations
 
@@ -11,9 +13,10 @@ from typing import Any, Callable, Dict, Iterable, Optional, Tuple, Union
 
 import numpy as np
 
+from . import _inproc
 from ._bf16 import bf16_bits_to_float32, float_to_bf16_bits
 from ._dtypes import NUMPY_NAME, STORAGE, normalize_dtype, split_case_dtype
-from ._find_bin import find_bnconf_bin
+from ._find_bin import ENV_VAR, find_bnconf_bin
 from ._report import MAX_LISTED, Report
 
 # Per layout: (axis of the channel, axes reduced over). FORMAT.md "Ops and layouts".
@@ -145,6 +148,11 @@ def _list_arg(flag: str, v) -> list:
     return [flag, ",".join(items)]
 
 
+def _names(flag: str, v) -> list:
+    a = _list_arg(flag, v)
+    return a[1].split(",") if a else []
+
+
 def _run(argv) -> subprocess.CompletedProcess:
     return subprocess.run(argv, capture_output=True, text=True, errors="replace")
 
@@ -165,6 +173,7 @@ def check(
     *,
     seed: Optional[int] = None,
     require_all: bool = False,
+    in_process: Optional[bool] = None,
 ) -> Report:
     """Judge ``kernel`` on a bnconf suite and return a :class:`Report`.
 
@@ -176,7 +185,11 @@ def check(
     ("float32"/"f32", "float64", "float16", "bfloat16", "float16+float32", ...).
     ``ops`` / ``layouts``: names (list or comma-separated string) restricting the suite.
     ``require_all``: unsupported cases make the report not ok. ``seed``: the suite's seed
-    (bnconf's default when None).
+    (bnconf's default when None). ``in_process``: judge in this process through the extension
+    module (True), or through the binary and a temporary suite directory (False); None (the
+    default) judges in process where the module is built, except the replicated suite (judged
+    per rank by the binary) and when ``BNCONF_BIN`` names a binary (that binary judges). Both
+    give the same report.
 
     Raises ValueError when bnconf refuses the suite, dtype, ops or layouts (its message),
     RuntimeError when the harness itself fails (exit 2, with bnconf's stderr).
@@ -184,6 +197,15 @@ def check(
     if not callable(kernel):
         raise TypeError(f"kernel must be callable (case -> dict of arrays or None), not {kernel!r}")
     dt = normalize_dtype(dtype)
+    if in_process is None:
+        # BNCONF_BIN names a binary to judge with: it is used (the protocol, not the module).
+        in_process = _inproc.NATIVE and str(suite) != "replicated" and not os.environ.get(ENV_VAR)
+    if in_process:
+        if seed is not None and not 0 <= int(seed) < 2**64:
+            raise ValueError(f"--seed: {seed} is not an integer in 0..2^64")
+        o, lay = _names("--ops", ops), _names("--layouts", layouts)
+        s = None if seed is None else int(seed)
+        return _inproc.check(kernel, str(suite), dt, o, lay, s, require_all)
     exe = find_bnconf_bin()
     sel = ["--suite", str(suite), "--dtype", dt]
     if seed is not None:

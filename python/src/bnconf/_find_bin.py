@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import sysconfig
 
 ENV_VAR = "BNCONF_BIN"
@@ -14,23 +13,13 @@ class BnconfNotFoundError(FileNotFoundError):
     """The `bnconf` binary is not where the wheel installs it (and BNCONF_BIN is not set)."""
 
 
-def _user_scheme() -> str:
-    if sys.version_info >= (3, 10):
-        return sysconfig.get_preferred_scheme("user")
-    if os.name == "nt":
-        return "nt_user"
-    if sys.platform == "darwin" and getattr(sys, "_framework", None):
-        return "osx_framework_user"
-    return "posix_user"
-
-
 def find_bnconf_bin() -> str:
     """Path of the `bnconf` executable.
 
-    Order: the environment variable ``BNCONF_BIN`` (a path, or a command name on PATH);
-    the scripts directory of the current install scheme (``sysconfig.get_path("scripts")``,
-    e.g. ``.venv/bin``); the user scheme's scripts directory (``pip install --user``);
-    ``bin/`` next to the package root (``pip install --target``).
+    Order: the environment variable ``BNCONF_BIN`` (a path, or a command name on PATH); the
+    binary the wheel puts in the package (``bnconf/_bin/bnconf``, whatever the install scheme:
+    a venv, ``--user``, ``--target``). The ``bnconf`` command a pip install creates is a
+    Python script that runs this binary (``bnconf.__main__``).
     Raises :class:`BnconfNotFoundError` naming every place looked at.
     """
     override = os.environ.get(ENV_VAR)
@@ -43,32 +32,12 @@ def find_bnconf_bin() -> str:
         raise BnconfNotFoundError(f"{ENV_VAR}={override!r} is neither a file nor a command on PATH")
 
     exe = "bnconf" + (sysconfig.get_config_var("EXE") or "")
-    looked = []
-
-    scripts = os.path.join(sysconfig.get_path("scripts"), exe)
-    looked.append(scripts)
-    if os.path.isfile(scripts):
-        return scripts
-
-    try:
-        user = os.path.join(sysconfig.get_path("scripts", scheme=_user_scheme()), exe)
-    except KeyError:
-        user = None
-    if user:
-        looked.append(user)
-        if os.path.isfile(user):
-            return user
-
-    # `pip install --target DIR` puts scripts in DIR/bin, next to the package.
-    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    target = os.path.join(pkg_root, "bin", exe)
-    looked.append(target)
-    if os.path.isfile(target):
-        return target
+    packaged = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bin", exe)
+    if os.path.isfile(packaged):
+        return packaged
 
     raise BnconfNotFoundError(
-        "the bnconf binary was not found; looked at: "
-        + ", ".join(looked)
-        + f". Install the package with `pip install ./python` (it builds the binary), "
-        f"or set {ENV_VAR} to the path of a bnconf executable (e.g. target/release/bnconf)."
+        f"the bnconf binary was not found; looked at: {packaged}. Install the package with "
+        f"`pip install ./python` (it builds the binary), or set {ENV_VAR} to the path of a "
+        "bnconf executable (e.g. target/release/bnconf)."
     )
