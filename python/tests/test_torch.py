@@ -132,7 +132,9 @@ def _own(cls):
 
 @pytest.mark.filterwarnings("ignore:var\\(\\)")  # one value per channel: m - 1 = 0
 def test_unbiased_variance_module_is_rejected():
-    r = bnconf.torch.check_module(_own(UnbiasedBN), ops=["forward", "backward", "eval"], layouts=["nchw"])
+    r = bnconf.torch.check_module(
+        _own(UnbiasedBN), ops=["forward", "backward", "eval"], layouts=["nchw"]
+    )
     assert not r.ok
     bad = {c.op for c in r.failures}
     assert "backward" in bad, r
@@ -146,7 +148,9 @@ def test_unbiased_variance_module_is_rejected():
 
 
 def test_inverted_momentum_module_is_rejected():
-    r = bnconf.torch.check_module(_own(InvertedMomentumBN), ops=["running_update", "eval"], layouts=["nhwc"])
+    r = bnconf.torch.check_module(
+        _own(InvertedMomentumBN), ops=["running_update", "eval"], layouts=["nhwc"]
+    )
     assert not r.ok
     assert r.failures and all(c.op == "running_update" for c in r.failures)
     worst = r.failures[0].worst_output

@@ -172,10 +172,12 @@ def function_kernel(
     case, as the module docstring describes. Raises :class:`bnconf.Unsupported` with the
     reason for a case the function cannot express; ``name`` prefixes those reasons (default:
     the function's ``__name__``)."""
+    jax, jnp = _jax()
     _check_family(family)
     if not callable(fn):
-        raise TypeError(f"fn must be a JAX function (x, gamma, beta, *, axes, channel_axis, eps), not {fn!r}")
-    jax, jnp = _jax()
+        raise TypeError(
+            f"fn must be a JAX function (x, gamma, beta, *, axes, channel_axis, eps), not {fn!r}"
+        )
     label = name or getattr(fn, "__name__", "function")
     stats = _accepts_stats(fn)
 
@@ -184,7 +186,9 @@ def function_kernel(
 
     def _backward(x, dy, gamma, eps, cax, axes):
         beta = jnp.zeros_like(gamma)
-        f = lambda x_, g_, b_: _y(fn(x_, g_, b_, axes=axes, channel_axis=cax, eps=eps))  # noqa: E731
+        def f(x_, g_, b_):
+            return _y(fn(x_, g_, b_, axes=axes, channel_axis=cax, eps=eps))
+
         _, vjp = jax.vjp(f, x, gamma, beta)
         return vjp(dy)
 
@@ -247,9 +251,9 @@ def flax_module_kernel(
     (a flax.linen class, or a callable ``case -> flax.linen.Module``) on one case. Raises
     :class:`bnconf.Unsupported` with the reason for a case the module cannot express; ``name``
     prefixes those reasons (default: the module's class name)."""
-    _check_family(family)
     jax, jnp = _jax()
     nn = _linen()
+    _check_family(family)
     if isinstance(module, type):
         if not issubclass(module, nn.Module):
             raise ValueError(f"module {module.__name__} is not a flax.linen Module class")
@@ -259,14 +263,18 @@ def flax_module_kernel(
                 "pass a callable case -> flax.linen.Module for your own"
             )
     elif not callable(module):
-        raise TypeError(f"module must be a flax.linen class or a callable case -> Module, not {module!r}")
+        raise TypeError(
+            f"module must be a flax.linen class or a callable case -> Module, not {module!r}"
+        )
 
     def build(case: Case):
         if isinstance(module, type):
             return module(axis=case.channel_axis, epsilon=float(case.eps))
         m = module(case)
         if not isinstance(m, nn.Module):
-            raise TypeError(f"the module callable returned {type(m).__name__}, not a flax.linen.Module")
+            raise TypeError(
+                f"the module callable returned {type(m).__name__}, not a flax.linen.Module"
+            )
         return m
 
     label = name or getattr(module, "__name__", None) or type(module).__name__

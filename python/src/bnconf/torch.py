@@ -206,7 +206,8 @@ class _Run:
         try:
             return self.module(x)
         except ValueError as e:
-            if "Expected more than 1 value per channel" in str(e) or "eps must be positive" in str(e):
+            refusals = ("Expected more than 1 value per channel", "eps must be positive")
+            if any(s in str(e) for s in refusals):
                 raise Unsupported(f"{self.name}: F.batch_norm refuses this case: {e}") from None
             raise
 
@@ -399,8 +400,8 @@ def module_kernel(
     torch.nn class or a callable ``case -> nn.Module``) on one case. Raises
     :class:`bnconf.Unsupported` with the reason for a case the module cannot express.
     ``name`` prefixes those reasons (default: the module's class name)."""
-    _check_family(family, module)
     torch = _torch()
+    _check_family(family, module)
     ops = OPS[family]
     label = name or getattr(module, "__name__", None) or type(module).__name__
 
