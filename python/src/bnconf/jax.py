@@ -57,16 +57,12 @@ bnconf's harness; other families raise ValueError. Requires jax (and flax for
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Dict, Iterable, Optional, Union
+from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
-from ._check import Case, Unsupported, check
-from ._report import MAX_LISTED, Report
-
-#: Families the harness has today (FORMAT.md); the others are planned (bnconf 0.4).
-FAMILIES = ("batch_norm",)
-PLANNED_FAMILIES = ("layer_norm", "rms_norm", "group_norm")
+from ._check import Case, Unsupported
+from ._frameworks import FAMILIES, check_family, entry_points
 
 # The reasons JAX and Flax cannot express an op (what the unsupported cases say).
 FUNCTION_UNSUPPORTED = {
@@ -103,15 +99,6 @@ def _linen():
             "bnconf.jax.check_flax_module needs Flax: pip install flax (or the bnconf[flax] extra)"
         ) from e
     return linen
-
-
-def _check_family(family: str) -> None:
-    if family not in FAMILIES:
-        planned = " (planned for bnconf 0.4)" if family in PLANNED_FAMILIES else ""
-        raise ValueError(
-            f"family {family!r}{planned}: this bnconf's harness judges only "
-            f"{', '.join(FAMILIES)}"
-        )
 
 
 class _Run:
@@ -173,7 +160,7 @@ def function_kernel(
     reason for a case the function cannot express; ``name`` prefixes those reasons (default:
     the function's ``__name__``)."""
     jax, jnp = _jax()
-    _check_family(family)
+    check_family(family)
     if not callable(fn):
         raise TypeError(
             f"fn must be a JAX function (x, gamma, beta, *, axes, channel_axis, eps), not {fn!r}"
@@ -253,7 +240,7 @@ def flax_module_kernel(
     prefixes those reasons (default: the module's class name)."""
     jax, jnp = _jax()
     nn = _linen()
-    _check_family(family)
+    check_family(family)
     if isinstance(module, type):
         if not issubclass(module, nn.Module):
             raise ValueError(f"module {module.__name__} is not a flax.linen Module class")
@@ -368,65 +355,18 @@ def flax_module_kernel(
     return kernel
 
 
-def check_function(
-    fn,
-    *,
-    family: str = "batch_norm",
-    dtype: Union[str, Any] = "float32",
-    suite: str = "default",
-    ops: Optional[Union[str, Iterable[str]]] = None,
-    layouts: Optional[Union[str, Iterable[str]]] = None,
-    device: str = "cpu",
-    seed: Optional[int] = None,
-    require_all: bool = False,
-) -> Report:
+check_function, assert_function_conforms = entry_points(
+    function_kernel,
+    "function",
     """Judge a JAX normalization function on a bnconf suite (the module docstring gives the
-    calling convention and what each op runs); returns a :class:`bnconf.Report`. ``dtype``,
-    ``suite``, ``ops``, ``layouts``, ``seed``, ``require_all``: as :func:`bnconf.check`."""
-    kernel = function_kernel(fn, family=family, device=device)
-    return check(
-        kernel, suite=suite, dtype=dtype, ops=ops, layouts=layouts, seed=seed,
-        require_all=require_all,
-    )  # fmt: skip
-
-
-def check_flax_module(
-    module,
-    *,
-    family: str = "batch_norm",
-    dtype: Union[str, Any] = "float32",
-    suite: str = "default",
-    ops: Optional[Union[str, Iterable[str]]] = None,
-    layouts: Optional[Union[str, Iterable[str]]] = None,
-    device: str = "cpu",
-    seed: Optional[int] = None,
-    require_all: bool = False,
-) -> Report:
+    calling convention and what each op runs).""",
+)
+check_flax_module, assert_flax_module_conforms = entry_points(
+    flax_module_kernel,
+    "flax_module",
     """Judge a Flax (linen) normalization module on a bnconf suite; ``module`` is a class
-    (``flax.linen.BatchNorm``) or a callable ``case -> flax.linen.Module``. Returns a
-    :class:`bnconf.Report`; the other arguments as :func:`check_function`."""
-    kernel = flax_module_kernel(module, family=family, device=device)
-    return check(
-        kernel, suite=suite, dtype=dtype, ops=ops, layouts=layouts, seed=seed,
-        require_all=require_all,
-    )  # fmt: skip
-
-
-def _raise_unless_ok(report: Report, what) -> Report:
-    if not report.ok:
-        label = getattr(what, "__name__", None) or repr(what)
-        raise AssertionError(f"{label} does not conform:\n" + report.describe(limit=MAX_LISTED))
-    return report
-
-
-def assert_function_conforms(fn, **kwargs) -> Report:
-    """:func:`check_function`, then AssertionError naming the worst cases unless it conforms."""
-    return _raise_unless_ok(check_function(fn, **kwargs), fn)
-
-
-def assert_flax_module_conforms(module, **kwargs) -> Report:
-    """:func:`check_flax_module`, then AssertionError naming the worst cases unless it conforms."""
-    return _raise_unless_ok(check_flax_module(module, **kwargs), module)
+    (``flax.linen.BatchNorm``) or a callable ``case -> flax.linen.Module``.""",
+)
 
 
 __all__ = [

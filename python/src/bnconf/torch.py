@@ -43,16 +43,12 @@ ValueError naming the family. Requires torch (``pip install torch``); ``import b
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, Optional, Union
+from typing import Any, Callable, Dict, Optional, Union
 
 import numpy as np
 
-from ._check import Case, Unsupported, check
-from ._report import MAX_LISTED, Report
-
-#: Families the harness has today (FORMAT.md); the others are planned (bnconf 0.4).
-FAMILIES = ("batch_norm",)
-PLANNED_FAMILIES = ("layer_norm", "rms_norm", "group_norm")
+from ._check import Case, Unsupported
+from ._frameworks import FAMILIES, check_family, entry_points, planned
 
 #: torch.nn normalization classes, by name → the family they belong to.
 MODULE_FAMILY = {
@@ -118,12 +114,7 @@ def family_of(module) -> Optional[str]:
 
 
 def _check_family(family: str, module) -> None:
-    if family not in FAMILIES:
-        planned = " (planned for bnconf 0.4)" if family in PLANNED_FAMILIES else ""
-        raise ValueError(
-            f"family {family!r}{planned}: this bnconf's harness judges only "
-            f"{', '.join(FAMILIES)}"
-        )
+    check_family(family)
     if isinstance(module, type):
         fam = family_of(module)
         if fam is None:
@@ -132,9 +123,8 @@ def _check_family(family: str, module) -> None:
                 f"({', '.join(MODULE_FAMILY)}); pass a callable case -> nn.Module for your own"
             )
         if fam != family:
-            planned = " (planned for bnconf 0.4)" if fam in PLANNED_FAMILIES else ""
             raise ValueError(
-                f"module {module.__name__} is a {fam} module{planned}; family={family!r} "
+                f"module {module.__name__} is a {fam} module{planned(fam)}; family={family!r} "
                 f"needs one of "
                 + ", ".join(n for n, f in MODULE_FAMILY.items() if f == family)
             )
@@ -425,38 +415,14 @@ def module_kernel(
     return kernel
 
 
-def check_module(
-    module,
-    *,
-    family: str = "batch_norm",
-    dtype: Union[str, Any] = "float32",
-    suite: str = "default",
-    ops: Optional[Union[str, Iterable[str]]] = None,
-    layouts: Optional[Union[str, Iterable[str]]] = None,
-    device: str = "cpu",
-    seed: Optional[int] = None,
-    require_all: bool = False,
-) -> Report:
-    """Judge a torch.nn normalization module on a bnconf suite (see the module docstring for
-    what each op runs) and return a :class:`bnconf.Report`. ``module``: a class
-    (``torch.nn.BatchNorm2d``) or a callable ``case -> torch.nn.Module``. ``dtype``, ``suite``,
-    ``ops``, ``layouts``, ``seed``, ``require_all``: as :func:`bnconf.check`. Raises ValueError
-    for a family this bnconf does not have or a class of another family."""
-    kernel = module_kernel(module, family=family, device=device)
-    return check(
-        kernel, suite=suite, dtype=dtype, ops=ops, layouts=layouts, seed=seed,
-        require_all=require_all,
-    )  # fmt: skip
-
-
-def assert_module_conforms(module, **kwargs) -> Report:
-    """:func:`check_module`, then raise AssertionError naming the worst non-conforming cases
-    unless the module conforms. Returns the report when it does."""
-    report = check_module(module, **kwargs)
-    if not report.ok:
-        label = module.__name__ if isinstance(module, type) else repr(module)
-        raise AssertionError(f"{label} does not conform:\n" + report.describe(limit=MAX_LISTED))
-    return report
+check_module, assert_module_conforms = entry_points(
+    module_kernel,
+    "module",
+    """Judge a torch.nn normalization module on a bnconf suite (the module docstring says what
+    each op runs). ``module``: a class (``torch.nn.BatchNorm2d``) or a callable ``case ->
+    torch.nn.Module``. Raises ValueError for a family this bnconf does not have or a class of
+    another family.""",
+)
 
 
 __all__ = [
