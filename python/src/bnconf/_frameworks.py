@@ -4,6 +4,7 @@ bnconf's harness has, and the ``check_*`` / ``assert_*_conforms`` pair built aro
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Callable, Iterable, Optional, Tuple, Union
 
 from ._check import check
@@ -26,6 +27,17 @@ def check_family(family: str) -> None:
             f"family {family!r}{planned(family)}: this bnconf's harness judges only "
             f"{', '.join(FAMILIES)}"
         )
+
+
+def require(module: str, who: str, package: str, extra: str):
+    """``import module``, or ImportError saying that ``who`` needs ``package`` and how to
+    install it (the frameworks are imported lazily: ``import bnconf`` never needs them)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ImportError(
+            f"{who} needs {package}: pip install {package} (or the bnconf[{extra}] extra)"
+        ) from e
 
 
 def label_of(obj) -> str:

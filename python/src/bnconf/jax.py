@@ -62,7 +62,7 @@ from typing import Any, Callable, Dict, Optional
 import numpy as np
 
 from ._check import Case, Unsupported
-from ._frameworks import FAMILIES, check_family, entry_points
+from ._frameworks import FAMILIES, check_family, entry_points, require
 
 # The reasons JAX and Flax cannot express an op (what the unsupported cases say).
 FUNCTION_UNSUPPORTED = {
@@ -81,24 +81,12 @@ FLAX_UNSUPPORTED = {
 
 
 def _jax():
-    try:
-        import jax
-        import jax.numpy as jnp
-    except ImportError as e:  # pragma: no cover - exercised only without jax
-        raise ImportError(
-            "bnconf.jax needs JAX: pip install jax (or the bnconf[jax] extra)"
-        ) from e
-    return jax, jnp
+    jax = require("jax", "bnconf.jax", "jax", "jax")
+    return jax, require("jax.numpy", "bnconf.jax", "jax", "jax")
 
 
 def _linen():
-    try:
-        from flax import linen
-    except ImportError as e:  # pragma: no cover - exercised only without flax
-        raise ImportError(
-            "bnconf.jax.check_flax_module needs Flax: pip install flax (or the bnconf[flax] extra)"
-        ) from e
-    return linen
+    return require("flax.linen", "bnconf.jax.check_flax_module", "flax", "flax")
 
 
 class _Run:

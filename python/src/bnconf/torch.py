@@ -48,7 +48,7 @@ from typing import Any, Callable, Dict, Optional, Union
 import numpy as np
 
 from ._check import Case, Unsupported
-from ._frameworks import FAMILIES, check_family, entry_points, planned
+from ._frameworks import FAMILIES, check_family, entry_points, planned, require
 
 #: torch.nn normalization classes, by name → the family they belong to.
 MODULE_FAMILY = {
@@ -86,13 +86,7 @@ _SYNC_REASON = (
 
 
 def _torch():
-    try:
-        import torch
-    except ImportError as e:  # pragma: no cover - exercised only without torch
-        raise ImportError(
-            "bnconf.torch needs PyTorch: pip install torch (or the bnconf[torch] extra)"
-        ) from e
-    return torch
+    return require("torch", "bnconf.torch", "torch", "torch")
 
 
 def _torch_dtype(torch, numpy_name: str):
