@@ -86,6 +86,16 @@ def test_float64_conforms():
     assert r.dtype == "f64" and r.summary["conforming"] > 0
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float16+float32", "bfloat16+float32"])
+def test_half_and_mixed_precision_conform(dtype):
+    r = bnconf.torch.check_module(
+        torch.nn.BatchNorm2d, dtype=dtype, ops=["forward", "backward", "eval", "running_update"],
+        layouts=["nhwc"],
+    )  # fmt: skip
+    assert r.ok, r
+    assert r.summary["conforming"] > 0 and r.dtype == bnconf.normalize_dtype(dtype)
+
+
 def test_users_own_batchnorm_through_a_callable():
     seen = []
 

@@ -14,7 +14,8 @@ buffers, ``momentum`` and mode per op, as below). Per op (FORMAT.md, "Ops and la
   their batch statistics, so for torch's own BatchNorm classes (whose forward is
   ``_BatchNorm.forward``) ``mean`` is ``torch.native_batch_norm``'s ``save_mean`` (the kernel
   that forward runs) and ``var`` is ``torch.var_mean(x, dims, correction=0)`` (PyTorch's biased
-  variance: the kernel keeps only ``1/sqrt(var + eps)`` and an unbiased running variance). A
+  variance: the kernel keeps only ``1/sqrt(var + eps)`` and an unbiased running variance; with
+  a mixed dtype, of ``x`` converted to the parameter dtype). A
   module with its own ``forward`` does not expose them: unsupported, with that reason.
 - ``backward``: autograd: ``y = module(x)`` in training mode with ``weight = gamma`` and
   ``bias = 0``, ``y.backward(dy)``; ``dx = x.grad``, ``dgamma = weight.grad``, ``dbeta =
@@ -63,19 +64,20 @@ MODULE_FAMILY = {
     "InstanceNorm3d": "group_norm",
 }
 
-# batch_norm layouts → (how the case array becomes torch's [N, C, ...] view, that view's rank).
-# "lead": a leading N = 1 axis; "same": as is; "last": channels last, permuted to [N, C, ...].
-# nc, ncl, ncdhw, ndhwc are the layouts FORMAT.md plans for bnconf 0.4.
+# batch_norm layouts → how the case array becomes torch's [N, C, ...] view: "lead", a leading
+# N = 1 axis ([C, m] → [1, C, m]: BatchNorm1d; [C, H, W] → [1, C, H, W]: BatchNorm2d); "same",
+# as is; "last", channels last, permuted to [N, C, ...] (a strided view: torch's channels-last
+# kernel runs). nc, ncl, ncdhw, ndhwc are the layouts FORMAT.md plans for bnconf 0.4.
 BN_LAYOUTS = {
-    "rows": ("lead", 3),
-    "flat": ("lead", 3),
-    "chw": ("lead", 4),
-    "nchw": ("same", 4),
-    "nhwc": ("last", 4),
-    "nc": ("same", 2),
-    "ncl": ("same", 3),
-    "ncdhw": ("same", 5),
-    "ndhwc": ("last", 5),
+    "rows": "lead",
+    "flat": "lead",
+    "chw": "lead",
+    "nchw": "same",
+    "nhwc": "last",
+    "nc": "same",
+    "ncl": "same",
+    "ncdhw": "same",
+    "ndhwc": "last",
 }
 
 _SYNC_REASON = (
@@ -142,7 +144,7 @@ class _Run:
         self.param_dtype = _torch_dtype(torch, case.param_dtype)
         if case.layout not in BN_LAYOUTS:
             raise Unsupported(f"{name}: layout {case.layout} has no torch [N, C, ...] view here")
-        self.how, self.rank = BN_LAYOUTS[case.layout]
+        self.how = BN_LAYOUTS[case.layout]
 
     def nc(self, name: str):
         """Input ``name`` (layout-shaped) as a tensor in torch's [N, C, ...] view."""
@@ -261,7 +263,9 @@ def _bn_forward(r: _Run) -> Dict[str, Any]:
         eps = float(r.module.eps)
         _, save_mean, _ = torch.native_batch_norm(x, gamma, beta, None, None, True, 1.0, eps)
         dims = [d for d in range(x.dim()) if d != 1]
-        var, _ = torch.var_mean(x, dim=dims, correction=0)
+        # mixed precision: the statistics are in the parameter dtype (the kernel's are, in
+        # its float accumulators), so var_mean runs on x converted to it (exact)
+        var, _ = torch.var_mean(x.to(r.param_dtype), dim=dims, correction=0)
     return {"y": r.back(y), "mean": r.host(save_mean), "var": r.host(var)}
 
 
