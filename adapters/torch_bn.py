@@ -1,30 +1,32 @@
 #!/usr/bin/env python3
-"""PyTorch's BatchNorm (`torch.nn.functional.batch_norm`, the function `nn.BatchNorm1d/2d`
-call), speaking the kernel directory protocol.
+"""PyTorch's BatchNorm modules (`torch.nn.BatchNorm1d/2d`, whose forward is
+`torch.nn.functional.batch_norm`), judged through `bnconf.torch` — the code behind
+`bnconf.torch.check_module` — and speaking the kernel directory protocol.
 
 Usage: python adapters/torch_bn.py DIR      (CPU by default; TORCH_BN_DEVICE=cuda for a GPU,
                                              where cuDNN/CUDA kernels run instead)
 
-Layouts map to PyTorch's `[N, C, ...]`: `rows`/`flat` `[C, m]` -> `[1, C, m]` (BatchNorm1d's
-`(N, C, L)`), `chw` -> `[1, C, H, W]`, `nchw` as is, `nhwc` `[N, H, W, C]` ->
-`permute(0, 3, 1, 2)`, a channels-last strided view, so PyTorch's channels-last kernel runs
-(results are permuted back).  Every tensor is in the case dtype; eps is a Python float.
+Per case this script builds the module with `bnconf.torch.build_module` — `BatchNorm1d` for
+`rows`/`flat` (`[C, m]` viewed as `[1, C, m]`, BatchNorm1d's `(N, C, L)`), `BatchNorm2d` for
+`chw` (`[1, C, H, W]`), `nchw` and `nhwc` (a channels-last strided view `permute(0, 3, 1, 2)`,
+so PyTorch's channels-last kernel runs) — with `C`, `eps` (a Python float), the case's
+momentum and `affine=True`, in the case dtype, and runs `bnconf.torch.module_kernel` on it
+(python/src/bnconf/torch.py says what each op runs):
 
-- forward: `F.batch_norm(x, running_mean, running_var, gamma, beta, training=True,
-  momentum=1.0, eps)` gives y; `mean` is the batch mean PyTorch normalised with
-  (`torch.native_batch_norm`'s `save_mean`, the same kernel), `var` is
+- forward: the module in training mode gives y; `mean` is `torch.native_batch_norm`'s
+  `save_mean` (the kernel the module's forward runs), `var` is
   `torch.var_mean(x, dims, correction=0)` — PyTorch's own biased variance, what a user would
   call: the kernel itself returns only `1/sqrt(var + eps)` and keeps the *unbiased* variance in
   `running_var`.
-- backward: autograd through the same `F.batch_norm(training=True)`: `y.backward(dy)`, then
+- backward: autograd: `y = module(x)` with weight = gamma, bias = 0, `y.backward(dy)`, then
   `x.grad`, `weight.grad`, `bias.grad`.
-- eval: `F.batch_norm(training=False)` with running_mean/running_var = the handed-in mean/var.
+- eval: `module.eval()` with running_mean/running_var = the handed-in mean/var.
 - sync_forward: eval with `var = m2 - mean*mean` formed in torch in the dtype (glue: PyTorch's
   SyncBatchNorm gathers per-replica mean/invstd with `batch_norm_gather_stats_with_counts`,
   which has no CPU kernel).
-- running_update, convention `pytorch`: PyTorch's own update — `F.batch_norm(training=True,
-  momentum=a)` on copies of the handed-in running statistics, read back.  `onnx`:
-  unsupported (PyTorch has one convention).
+- running_update, convention `pytorch`: PyTorch's own update — the buffers set to the
+  handed-in running statistics, `module.momentum = a`, one training step, the buffers read
+  back.  `onnx`: unsupported (PyTorch has one convention).
 - m = 1 (one value per channel): `F.batch_norm` refuses training mode ("Expected more than 1
   value per channel when training") for forward, backward and running_update; those cases
   are reported unsupported with PyTorch's message.  `TORCH_BN_NATIVE=1` calls
@@ -33,7 +35,11 @@ Layouts map to PyTorch's `[N, C, ...]`: `rows`/`flat` `[C, m]` -> `[1, C, m]` (B
 - sync_backward, sync_stats: unsupported on CPU (`batch_norm_backward_elemt`,
   `batch_norm_backward_reduce` and `batch_norm_gather_stats_with_counts` have no CPU kernel);
   with TORCH_BN_DEVICE=cuda they are not wired either (they take invstd and sums, not the
-  handed-in statistics of FORMAT.md, so they would judge glue as much as PyTorch)."""
+  handed-in statistics of FORMAT.md, so they would judge glue as much as PyTorch).
+
+The functions of tensors below (`EAGER`, `run_case`, `run_case_checked`: `F.batch_norm` on the
+case's tensors, the same computations) are what torch_compile_bn.py compiles with
+torch.compile, and what `TORCH_BN_NATIVE=1` runs."""
 
 import os
 import sys
@@ -42,12 +48,47 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python", "src"))  # this clone's bnconf
+import bnconf  # noqa: E402
+import bnconf.torch  # noqa: E402
 from _protocol import Unsupported, main  # noqa: E402
 
 NAME = "torch_bn"
 DEVICE = os.environ.get("TORCH_BN_DEVICE", "cpu")
 NATIVE = os.environ.get("TORCH_BN_NATIVE", "0") == "1"
+
+# The torch.nn class for each layout's [N, C, ...] view.
+CLASS_FOR_LAYOUT = {
+    "rows": torch.nn.BatchNorm1d,
+    "flat": torch.nn.BatchNorm1d,
+    "chw": torch.nn.BatchNorm2d,
+    "nchw": torch.nn.BatchNorm2d,
+    "nhwc": torch.nn.BatchNorm2d,
+}
+
+
+def build(case):
+    """The module for one case: BatchNorm1d or BatchNorm2d, as bnconf builds a class."""
+    cls = CLASS_FOR_LAYOUT.get(case.layout)
+    if cls is None:
+        raise bnconf.Unsupported(f"{NAME}: unknown layout {case.layout}")
+    return bnconf.torch.build_module(cls, case, device=DEVICE)
+
+
+MODULE_KERNEL = bnconf.torch.module_kernel(build, name=NAME, device=DEVICE)
+
+
+def run_module_case(case, inp):
+    """One case through the module (`bnconf.torch.module_kernel`); running_update through
+    `torch.native_batch_norm` under TORCH_BN_NATIVE=1."""
+    if NATIVE and case["op"] == "running_update":
+        return run_case_checked(case, inp)
+    try:
+        return MODULE_KERNEL(bnconf.Case(case, inp))
+    except bnconf.Unsupported as e:
+        raise Unsupported(str(e)) from None
 
 
 def to_nc(x, layout):
@@ -186,4 +227,4 @@ if __name__ == "__main__":
     # One intra-op thread: PyTorch's CPU reductions split work by thread count, and the
     # committed reports should not depend on the machine's core count.
     torch.set_num_threads(1)
-    main(run_case_checked, NAME)
+    main(run_module_case, NAME)
