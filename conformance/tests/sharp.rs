@@ -126,3 +126,38 @@ fn a_storage_precision_two_pass_kernel_conforms() {
         assert!(failing.is_empty(), "{}: {failing:?}", prec.name());
     }
 }
+
+/// On the scale suite in f16 and bf16 (channels of up to 786 427 cells): both controls are
+/// rejected on every kept case where they show, and a Welford whose cell counter is held in
+/// f16 (it sticks at 2048) is rejected on every kept case with more than 2048 cells per
+/// channel.
+#[test]
+fn scale_suite_rejects_the_controls_and_the_f16_welford_count() {
+    for prec in [FloatFormat::F16, FloatFormat::BF16].map(Precision::uniform) {
+        let s = generate_in("scale", &[prec], DEFAULT_SEED, &Filter::default()).unwrap();
+        assert!(!s.cases.is_empty());
+        let prepared = prepare(&s.cases).unwrap();
+        let mut judged = 0;
+        for (name, must) in [
+            ("bad-var-doubled", "shows"),
+            ("bad-rstd-off25", "shows"),
+            ("bad-welford-f16-count", "m>2048"),
+        ] {
+            let k = bnconf_impl::kernel_by_name(name).unwrap();
+            for (c, r) in s.cases.iter().zip(run_kernel(k.as_ref(), &prepared)) {
+                let m = bnconf_spec::Geometry::new(c.layout, &c.shape, usize::MAX)
+                    .unwrap()
+                    .m;
+                let must_fail = match must {
+                    "shows" => shows(c, name) == Some(true),
+                    _ => m > 2048,
+                };
+                if must_fail {
+                    judged += 1;
+                    assert_ne!(r.verdict, Verdict::Pass, "{name} conforms on {}", c.id);
+                }
+            }
+        }
+        assert!(judged >= 8, "{judged} verdicts in {}", prec.name());
+    }
+}
