@@ -160,6 +160,22 @@ fn every_finding_still_reproduces() {
             "{name}: {failing} within k"
         );
         let rec = &s["worst_ratio"];
+        // After a change of the budget model (docs/DESIGN.md §3) the verdicts above must hold
+        // unchanged, while the recorded ratio moves: BNCONF_RERECORD_FINDINGS=1 writes the new
+        // one into shrink.json (review the diff: only `worst_ratio` may change).
+        if std::env::var_os("BNCONF_RERECORD_FINDINGS").is_some()
+            && rec
+                .as_f64()
+                .is_some_and(|w| (r.worst_ratio - w).abs() > 1e-9 * w)
+        {
+            let path = d.join("shrink.json");
+            let text = std::fs::read_to_string(&path).unwrap();
+            let old = format!("\"worst_ratio\": {}", rec);
+            assert!(text.contains(&old), "{name}: {old}");
+            let new = format!("\"worst_ratio\": {}", serde_json::json!(r.worst_ratio));
+            std::fs::write(&path, text.replace(&old, &new)).unwrap();
+            continue;
+        }
         match rec.as_f64() {
             Some(w) => assert!(
                 (r.worst_ratio - w).abs() <= 1e-9 * w,

@@ -291,7 +291,7 @@ fn bad_arguments_exit_2_naming_the_field() {
             "--dtype",
         ),
         (
-            vec!["export", "--format", "onnx", "--dtype", "f32", "--out", o],
+            vec!["export", "--format", "onnnx", "--dtype", "f32", "--out", o],
             "--format",
         ),
         (

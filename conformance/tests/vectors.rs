@@ -223,7 +223,8 @@ fn half_and_mixed_precisions_are_committed_and_verified() {
             .iter()
             .filter(|e| e["path"].as_str().unwrap().contains(&format!(".{p}.")))
             .count();
-        assert!(n > 400, "{p}: {n} files");
+        // bf16 keeps fewest: 355 of 548 (the rest ill-posed or non-discriminating in bf16).
+        assert!(n > 300, "{p}: {n} files");
     }
     let read = |id: &str| -> serde_json::Value {
         serde_json::from_slice(

@@ -384,7 +384,7 @@ impl<'a, A: Real> Driver<'a, A> {
                     ("var", vec![var]),
                 ];
             }
-            (_, Moments::TwoPassScaled) => {
+            (_, Moments::TwoPassScaled) if matches!(self.case.dtype, Dtype::F16 | Dtype::BF16) => {
                 // Weights first (w_r = n_r/N), so no product n_r·m2_r leaves a half type's
                 // range.
                 let w: Vec<A> = counts.iter().map(|&c| c / n).collect();

@@ -32,7 +32,7 @@ pub(crate) fn export(
         bnconf::suite::shard::record_in_manifest(&out, sh)?;
     }
     eprintln!(
-        "bnconf: wrote {} cases of suite {} ({}) to {} ({} excluded as ill-posed or overflowing the dtype: manifest.json says which)",
+        "bnconf: wrote {} cases of suite {} ({}) to {} ({} excluded as ill-posed, non-discriminating or overflowing the dtype: manifest.json says which)",
         s.cases.len(),
         s.name,
         dtype.name(),

@@ -162,7 +162,7 @@ fn print_run_table(
     } else {
         "every op × layout in"
     };
-    println!("bnconf run: suite {suite_name} (seed {seed}), {} cases ({} excluded as ill-posed), {what} {names}", s.cases.len(), s.excluded.len());
+    println!("bnconf run: suite {suite_name} (seed {seed}), {} cases ({} excluded as ill-posed or non-discriminating), {what} {names}", s.cases.len(), s.excluded.len());
     println!("cell = verdict and worst ratio |error| / (u·(cond+mag)); conforming when ≤ k(m) = 4 + 2·log2(m)\n");
     let mut header = format!("{:<28} {:<10}", "kernel", "expected");
     for l in &levels {
