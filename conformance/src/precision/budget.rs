@@ -22,9 +22,11 @@
 //!   `var = 0`, `cond = mag = 0`, yet `mean((x - fl(mean))²) = δ² > 0`), and through
 //!   `q = var + eps` every output that depends on `r` (forward `y`, backward `dx` and
 //!   `dgamma`, running_update's `new_var`). One allowance for `δ` everywhere:
-//!   `δ̄ = k(m)·u·X1` (the mean's rounding in the working precision, any summation order the
-//!   gate allows), entering an output `o` as `|∂o/∂q|·δ̄²` — `mag2 = k(m)·X1²·|∂o/∂q|`, since
-//!   the gate multiplies it by `k·u²` ([`mean_sq`]).
+//!   `δ̄ = 2·k(m)·u·X1`, the error the mean's own gate accepts (forward `mean` has
+//!   `cond = mag = X1`), entering an output `o` as `|∂o/∂q|·δ̄²` — `mag2 = 4·k(m)·X1²·|∂o/∂q|`,
+//!   since the gate multiplies it by `k·u²` ([`mean_sq`]). A smaller `δ̄` would fail, through
+//!   its variance, a kernel whose mean passes: a sequential f32 sum of 96 equal values errs by
+//!   `20.7·u·X1` (ratio 10.4 of `k(96) = 17.2` on the mean), and `(20.7)²/17.2 = 25 > 17.2`.
 //! * **Outputs computed without a reduction** (`eval` and `sync_forward` `y`, `sync_backward`
 //!   `dx`: their statistics are handed in) are gated at `k(1) = 4`, not `k(m)`: nothing is
 //!   summed, so no allowance for summation order applies ([`is_elementwise`]; their budgets
@@ -37,18 +39,18 @@
 //!
 //! | output | `mag` |
 //! |---|---|
-//! | forward `y` | `|g|*r*X1`, plus `mag2 = k(m)*X1² * |g*h_i|*r²/2` |
+//! | forward `y` | `|g|*r*X1`, plus `mag2 = 4k(m)*X1² * |g*h_i|*r²/2` |
 //! | forward `mean` | `X1` |
-//! | forward `var` | `mean(d²)`, plus `mag2 = k(m)*X1²` |
-//! | backward `dx` | `|g|*r*(|dy_i| + mean|dy| + |h_i|*mean|dy*h| + X1*r*(mean|dy*h| + |h_i|*mean|dy|))`, plus `mag2 = k(m)*X1² * |g|*r³*((|dy_i| + |A| + 3|h_i*B|)/2 + |A|)` |
-//! | backward `dgamma` | `Σ|dy*h| + X1*r*Σ|dy|`, plus `mag2 = k(m)*X1² * r²/2 * Σ|dy*h|` |
+//! | forward `var` | `mean(d²)`, plus `mag2 = 4k(m)*X1²` |
+//! | backward `dx` | `|g|*r*(|dy_i| + mean|dy| + |h_i|*mean|dy*h| + X1*r*(mean|dy*h| + |h_i|*mean|dy|))`, plus `mag2 = 4k(m)*X1² * |g|*r³*((|dy_i| + |A| + 3|h_i*B|)/2 + |A|)` |
+//! | backward `dgamma` | `Σ|dy*h| + X1*r*Σ|dy|`, plus `mag2 = 4k(m)*X1² * r²/2 * Σ|dy*h|` |
 //! | `dbeta` | `Σ|dy|` |
 //! | eval `y` | `|g*h_i| + |b|` |
 //! | sync_forward `y` | `|g*h_i| + |b| + |g*h_i|*r²*(|m2| + mean²)/2` |
 //! | sync_backward `dx` | `|g|*r*(|dy_i| + |A| + |h_i*K|) + |g|*r³*(|dy_i| + |A| + 2|h_i*K|)*(|m2| + mean²)/2` |
 //! | sync_backward `dgamma` | `Σ|dy*h| * (1 + r²*(|m2| + mean²)/2)` |
 //! | running_update `new_mean` | `w_old*|rm| + w_batch*X1` |
-//! | running_update `new_var` | `w_old*|rv| + w_batch*c*mean(d²)`, plus `mag2 = w_batch*c*k(m)*X1²` |
+//! | running_update `new_var` | `w_old*|rv| + w_batch*c*mean(d²)`, plus `mag2 = w_batch*c*4k(m)*X1²` |
 //! | sync_stats `mean`, `m2` | `Σ w_r*|mean_r|`, `Σ w_r*|m2_r|` (`w_r = n_r/N`) |
 //! | sync_stats `var` | `Σ w_r*|m2_r| + Σ w_r*mean_r² + 2*|mean|*Σ w_r*|mean_r| + mean²` |
 //!
@@ -57,7 +59,7 @@
 //! momentum is perturbed like an input, counts of `sync_stats` are not: they are exact
 //! integers. Their `cond` bounds are in [`bound_running_update`] and [`bound_sync_stats`].)
 //!
-//! Reasons: a kernel computes the mean with an error `|δ| <= k*u*X1` (a sum of `|x|`, not of `x`:
+//! Reasons: a kernel computes the mean with an error `|δ| <= 2*k*u*X1` (a sum of `|x|`, not of `x`:
 //! DESIGN's `|mean|` is replaced by `X1 >= |mean|`, which is the summation's error bound and
 //! equals `|mean|` on the large-mean data where the term matters). To first order `δ` shifts
 //! every `d` by `-δ`: `y` by `g*r*δ`, `dx` by `g*r²*δ*(B + h_i*A)`, `dgamma` by `r*δ*Σdy`; the
@@ -855,13 +857,18 @@ fn bound_channel_from(
 }
 
 /// The second-order allowance of a computed mean, in the units of `mag2`: a kernel's mean
-/// errs by `|δ| <= δ̄ = k(m)·u·X1` (a sum of `m` terms of size up to `|x|`, in any summation
-/// order the gate allows), and the `δ²` it leaves in a two-pass variance enters an output `o`
-/// as `|∂o/∂q|·δ̄²`. The gate multiplies `mag2` by `k·u²`, so `mag2 = k(m)·X1²·|∂o/∂q|`
-/// gives exactly `δ̄²·|∂o/∂q|` — `δ̄` once, not multiplied by `k` again. This returns
-/// `k(m)·X1²` (rounded up); callers multiply by the output's sensitivity to `q`.
+/// may err by as much as the mean's own gate accepts, `|δ| <= δ̄ = k(m)·u·(cond + mag) =
+/// 2·k(m)·u·X1` (forward `mean`: `cond = mag = X1`), and the `δ²` it leaves in a two-pass
+/// variance enters an output `o` as `|∂o/∂q|·δ̄²`. The gate multiplies `mag2` by `k·u²`, so
+/// `mag2 = 4·k(m)·X1²·|∂o/∂q|` gives exactly `δ̄²·|∂o/∂q|`. This returns `4·k(m)·X1²`
+/// (rounded up); callers multiply by the output's sensitivity to `q`.
+///
+/// Why not `δ̄ = k(m)·u·X1`: then a kernel whose mean passes could fail through its variance.
+/// A sequential f32 sum over a constant channel of 96 cells errs by `20.7·u·X1` (mean ratio
+/// 10.4 of `k = 17.2`); its two-pass variance `δ²` then has ratio `20.7²/17.2 = 25`
+/// (test `replicated::sequential_sum_on_a_constant_channel_conforms`).
 fn mean_sq(m: usize, x1: f64) -> f64 {
-    k_allowance(m) * x1 * x1 * SAFE
+    4.0 * k_allowance(m) * x1 * x1 * SAFE
 }
 
 /// `(mean|d·x|, mean(d²))` (upper bounds) from the centred cells `d = x − mean` and `|x|`:

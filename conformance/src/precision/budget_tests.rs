@@ -459,7 +459,7 @@ fn rel_slack(ch: &Chan) -> f64 {
     2f64.powi(-40) * k * k
 }
 
-/// The upper slack of `mag2` (`k·X1²` times an r-power times `|h|`, `|A|`, `|B|`, whose f64
+/// The upper slack of `mag2` (`4k·X1²` times an r-power times `|h|`, `|A|`, `|B|`, whose f64
 /// enclosures are wider than the table's plain f64 values): relative 2^-40, scaled by the
 /// largest `(1 + size·r)^4·(1 + size)·k·X1²` such a product can reach.
 fn mag2_slack(ch: &Chan) -> f64 {
@@ -469,7 +469,7 @@ fn mag2_slack(ch: &Chan) -> f64 {
     let x1 = x.iter().map(|v| v.abs()).sum::<f64>() / mf;
     let km = 4.0 + 2.0 * mf.log2();
     let r = (rel_slack(ch) / 2f64.powi(-40)).sqrt(); // 1 + size·r
-    2f64.powi(-40) * km * x1 * x1 * r.powi(4) * (1.0 + size)
+    2f64.powi(-40) * 4.0 * km * x1 * x1 * r.powi(4) * (1.0 + size)
 }
 
 /// The slack of the tightness check: f64 rounding of the bound's summands (absolute, relative
@@ -612,8 +612,8 @@ fn table_mag(ch: &Chan) -> Vec<Vec<(f64, f64)>> {
     match ch.op {
         Op::Forward => {
             let gm = abs(one("gamma"));
-            // δ̄² = (k·u·X1)², in units of k·u²: k·X1², times |∂o/∂q|.
-            let dk = km * x1 * x1;
+            // δ̄² = (2k·u·X1)², in units of k·u²: 4k·X1², times |∂o/∂q|.
+            let dk = 4.0 * km * x1 * x1;
             vec![
                 (0..m)
                     .map(|i| (gm * r * x1, dk * gm * abs(h[i]) * r * r / 2.0))
@@ -629,7 +629,7 @@ fn table_mag(ch: &Chan) -> Vec<Vec<(f64, f64)>> {
             let dyh = (0..m).map(|j| abs(dy[j] * h[j])).sum::<f64>() / mf;
             let a = abs(dy.iter().sum::<f64>() / mf);
             let b = abs((0..m).map(|j| dy[j] * h[j]).sum::<f64>() / mf);
-            let dk = km * x1 * x1;
+            let dk = 4.0 * km * x1 * x1;
             vec![
                 (0..m)
                     .map(|i| {
@@ -690,7 +690,7 @@ fn table_mag(ch: &Chan) -> Vec<Vec<(f64, f64)>> {
                 vec![(wo * abs(one("running_mean")) + wb * x1, 0.0)],
                 vec![(
                     wo * abs(one("running_var")) + wb * c * dd,
-                    wb * c * km * x1 * x1,
+                    wb * c * 4.0 * km * x1 * x1,
                 )],
             ]
         }
