@@ -108,10 +108,16 @@ pub(super) fn classes(dtype: FloatFormat, level_filter: &[Level]) -> Vec<Class> 
             far_stats: false,
         },
     ];
-    let ratios: &[f64] = if f32ish {
-        &[1e2, 1e3, 1e4]
-    } else {
-        &[1e3, 1e6, 1e8]
+    // Mean offsets scaled to the dtype: each half type also gets the largest ratio at which
+    // a fair budget still rejects a doubled variance and a 25 % rstd error (the controls of
+    // suite/discriminating.rs), so the class keeps cases there when its f32 ratios are
+    // non-discriminating (k·u·cond of the variance grows like u·mean/std: bf16 1e2 and
+    // f16 1e3 allow more than the variance itself).
+    let ratios: &[f64] = match dtype {
+        FloatFormat::F64 => &[1e3, 1e6, 1e8],
+        FloatFormat::F16 => &[1e1, 1e2, 1e3, 1e4],
+        FloatFormat::BF16 => &[2e0, 1e2, 1e3, 1e4],
+        _ => &[1e2, 1e3, 1e4],
     };
     for &r in ratios {
         v.push(Class {
@@ -250,6 +256,20 @@ pub(super) fn classes(dtype: FloatFormat, level_filter: &[Level]) -> Vec<Class> 
             far_stats: false,
         },
     ]);
+    if matches!(dtype, FloatFormat::F16 | FloatFormat::BF16) {
+        v.push(Class {
+            name: "constant-eps1e-1".into(),
+            level: Level::Conditioning,
+            target: "constant channels with eps = 0.1 (half types: a mean one ulp off leaves \
+                     var = δ², which moves q by more than 1e-5 or 1e-3)",
+            center: |r, _, _| (r.range(-0.5, 0.5), 0.0),
+            param: 0.0,
+            eps: "0.1",
+            kind: Kind::Constant,
+            shape: ShapeKind::Small,
+            far_stats: false,
+        });
+    }
     let (big, small) = if f32ish {
         (1e19, 1e-21)
     } else {
