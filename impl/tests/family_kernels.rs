@@ -8,8 +8,8 @@
 
 mod family_common;
 
-use bnconf_impl::family::channel_dims;
 use bnconf_impl::family::FamilyError;
+use bnconf_impl::family::{channel_dims, Named};
 use bnconf_impl::*;
 use family_common::*;
 use proptest::prelude::*;

@@ -200,7 +200,7 @@ impl FamilyRecipe {
                 v.iter().map(|a| d.round(a.to_f64())).collect(),
             );
         };
-        let params = g.params();
+        let params = g.param_of();
         if !case.op.is_backward() {
             let beta = case.affine.has_bias().then(|| read("beta"));
             let b = |p: usize| beta.as_ref().map_or(A::ZERO, |bt| bt[p]);

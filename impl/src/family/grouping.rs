@@ -11,9 +11,12 @@ use super::vocab::FamilyLayout;
 /// exactly one group; every group has at least one cell.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Grouping {
-    groups: Vec<Vec<usize>>,
-    param: Vec<usize>,
-    n_params: usize,
+    /// Each group's cells, in reduction order.
+    members: Vec<Vec<usize>>,
+    /// The parameter of each cell.
+    param_of: Vec<usize>,
+    /// How many parameters there are.
+    params: usize,
 }
 
 /// The element count of `shape` after checking that no extent is 0 and that it fits `usize`.
@@ -93,9 +96,9 @@ impl Grouping {
         let n = cell_count(shape)?;
         let k: usize = shape[shape.len() - normalized_ndim..].iter().product();
         Ok(Grouping {
-            groups: (0..n / k).map(|r| (r * k..(r + 1) * k).collect()).collect(),
-            param: (0..n).map(|i| i % k).collect(),
-            n_params: k,
+            members: (0..n / k).map(|r| (r * k..(r + 1) * k).collect()).collect(),
+            param_of: (0..n).map(|i| i % k).collect(),
+            params: k,
         })
     }
 
@@ -149,48 +152,48 @@ impl Grouping {
             }
         }
         Grouping {
-            groups: out,
-            param,
-            n_params: c,
+            members: out,
+            param_of: param,
+            params: c,
         }
     }
 
     /// The same groups with `other`'s parameter indices (same cell count).
     pub(crate) fn with_params_of(self, other: &Grouping) -> Self {
-        debug_assert_eq!(self.param.len(), other.param.len());
+        debug_assert_eq!(self.param_of.len(), other.param_of.len());
         Grouping {
-            groups: self.groups,
-            param: other.param.clone(),
-            n_params: other.n_params,
+            members: self.members,
+            param_of: other.param_of.clone(),
+            params: other.params,
         }
     }
 
-    /// The groups, each its cells' flat offsets in reduction order.
+    /// Every group as the flat offsets of its cells, in the order a kernel reduces them.
     pub fn groups(&self) -> &[Vec<usize>] {
-        &self.groups
+        &self.members
     }
-    /// The parameter index of every cell.
-    pub fn params(&self) -> &[usize] {
-        &self.param
+    /// `param_of()[i]`: the `gamma`/`beta` index cell `i` uses.
+    pub fn param_of(&self) -> &[usize] {
+        &self.param_of
     }
-    /// The number of parameters (the length of `gamma`, `beta`, `dgamma`, `dbeta`).
+    /// How many parameters (`gamma`, `beta`, `dgamma`, `dbeta` each have one per).
     pub fn n_params(&self) -> usize {
-        self.n_params
+        self.params
     }
-    /// The number of cells.
+    /// How many cells `x` has.
     pub fn len(&self) -> usize {
-        self.param.len()
+        self.param_of.len()
     }
-    /// Never true for a grouping of a valid case.
+    /// Whether there is no cell (never, for a valid case).
     pub fn is_empty(&self) -> bool {
-        self.param.is_empty()
+        self.param_of.is_empty()
     }
     /// The cells using each parameter, group by group (the order `dgamma`, `dbeta` sum in).
     pub fn cells_of_params(&self) -> Vec<Vec<usize>> {
-        let mut out = vec![Vec::new(); self.n_params];
-        for cells in &self.groups {
+        let mut out = vec![Vec::new(); self.params];
+        for cells in &self.members {
             for &i in cells {
-                out[self.param[i]].push(i);
+                out[self.param_of[i]].push(i);
             }
         }
         out
@@ -202,18 +205,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn small_groupings_by_hand() {
-        let g = Grouping::last(&[2, 3], 1).unwrap();
-        assert_eq!(g.groups(), &[vec![0, 1, 2], vec![3, 4, 5]]);
-        assert_eq!(g.params(), &[0, 1, 2, 0, 1, 2]);
-        assert_eq!(g.cells_of_params(), [vec![0, 3], vec![1, 4], vec![2, 5]]);
+    fn rows_and_channel_groups_by_hand() {
+        // [3, 2], one normalized axis: three rows of two; parameter = position in the row.
+        let g = Grouping::last(&[3, 2], 1).unwrap();
+        assert_eq!(g.cells_of_params(), [vec![0, 2, 4], vec![1, 3, 5]]);
+        assert_eq!(g.param_of(), &[0, 1, 0, 1, 0, 1]);
+        assert_eq!(g.groups(), &[vec![0, 1], vec![2, 3], vec![4, 5]]);
         let g = Grouping::last(&[2, 2, 2], 2).unwrap();
         assert_eq!(g.groups(), &[vec![0, 1, 2, 3], vec![4, 5, 6, 7]]);
         assert_eq!(g.n_params(), 4);
         // nhwc [1, 1, 2, 4], G = 2: channels {0,1} and {2,3}; cell (s, c) at s·4 + c.
         let g = Grouping::channels(FamilyLayout::Nhwc, &[1, 1, 2, 4], 2).unwrap();
         assert_eq!(g.groups(), &[vec![0, 4, 1, 5], vec![2, 6, 3, 7]]);
-        assert_eq!(g.params(), &[0, 1, 2, 3, 0, 1, 2, 3]);
+        assert_eq!(g.param_of(), &[0, 1, 2, 3, 0, 1, 2, 3]);
         // nchw [2, 2, 1, 1], G = 1: one group per sample.
         let g = Grouping::channels(FamilyLayout::Nchw, &[2, 2, 1, 1], 1).unwrap();
         assert_eq!(g.groups(), &[vec![0, 1], vec![2, 3]]);

@@ -24,4 +24,6 @@ pub use catalog::{all_family_kernels, family_kernel_by_name, family_kernels};
 pub use error::FamilyError;
 pub use grouping::{channel_dims, Grouping};
 pub use kernel::FamilyKernel;
-pub use vocab::{is_family_activation, Affine, Family, FamilyLayout, FamilyOp, RmsConvention};
+pub use vocab::{
+    is_family_activation, Affine, Family, FamilyLayout, FamilyOp, Named, RmsConvention,
+};

@@ -7,111 +7,147 @@ use std::fmt;
 
 use super::error::FamilyError;
 
-/// Defines a field-less enum with `ALL`, `name()`, `from_name()`, `parse()` (errors name the
-/// case-file field) and `Display`.
-macro_rules! family_enum {
-    ($(#[$m:meta])* $ty:ident ($field:literal) { $($(#[$vm:meta])* $v:ident = $s:literal),+ $(,)? }) => {
-        $(#[$m])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub enum $ty { $($(#[$vm])* $v),+ }
-        impl $ty {
-            /// Every value, in declaration order.
-            pub const ALL: &'static [$ty] = &[$($ty::$v),+];
-            /// The name used in case files.
-            pub fn name(&self) -> &'static str {
+/// A name of the vocabulary: its values, each value's case-file name, and the case-file field
+/// it fills (named by a parse error).
+pub trait Named: Copy + Sized + 'static {
+    /// The case-file field (`op`, `layout`, `affine`, `convention`, `family`).
+    const FIELD: &'static str;
+    /// Every value, in declaration order.
+    const ALL: &'static [Self];
+    /// The name used in case files.
+    fn name(&self) -> &'static str;
+    /// Inverse of [`Named::name`].
+    fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|v| v.name() == name)
+    }
+    /// [`Named::from_name`], or an error naming the field and the choices.
+    fn parse(name: &str) -> Result<Self, FamilyError> {
+        Self::from_name(name).ok_or_else(|| {
+            let choices: Vec<&str> = Self::ALL.iter().map(|v| v.name()).collect();
+            FamilyError::new(
+                Self::FIELD,
+                format!(
+                    "unknown value {name:?} (expected one of {})",
+                    choices.join(", ")
+                ),
+            )
+        })
+    }
+}
+
+/// [`Named`] (values and names listed once) and `Display` by name for a field-less enum.
+macro_rules! named {
+    ($ty:ident, $field:literal, { $($v:ident => $s:literal),+ $(,)? }) => {
+        impl Named for $ty {
+            const FIELD: &'static str = $field;
+            const ALL: &'static [$ty] = &[$($ty::$v),+];
+            fn name(&self) -> &'static str {
                 match self { $($ty::$v => $s),+ }
-            }
-            /// Inverse of [`Self::name`].
-            pub fn from_name(name: &str) -> Option<$ty> {
-                match name { $($s => Some($ty::$v),)+ _ => None }
-            }
-            /// [`Self::from_name`], or an error naming the case-file field and the choices.
-            pub fn parse(name: &str) -> Result<$ty, FamilyError> {
-                Self::from_name(name).ok_or_else(|| {
-                    let choices: Vec<&str> = Self::ALL.iter().map(|v| v.name()).collect();
-                    FamilyError::new(
-                        $field,
-                        format!("unknown value {name:?} (expected one of {})", choices.join(", ")),
-                    )
-                })
             }
         }
         impl fmt::Display for $ty {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.name())
+            fn fmt(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
+                out.write_str(Named::name(self))
             }
         }
     };
 }
 
-family_enum!(
-    /// A family (`--family`): which ops a kernel of that family implements.
-    Family ("family") {
-        LayerNorm = "layer_norm",
-        RmsNorm = "rms_norm",
-        GroupNorm = "group_norm",
-    }
-);
+/// A family (`--family`): which ops a kernel of that family implements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Family {
+    LayerNorm,
+    RmsNorm,
+    GroupNorm,
+}
+named!(Family, "family", {
+    LayerNorm => "layer_norm",
+    RmsNorm => "rms_norm",
+    GroupNorm => "group_norm",
+});
 
-family_enum!(
-    /// An op of the family.
-    FamilyOp ("op") {
-        /// `x, gamma, beta -> y, mean?, rstd?` on layout `last`.
-        LayerNorm = "layer_norm",
-        /// `x, dy, gamma -> dx, dgamma, dbeta` on layout `last`.
-        LayerNormBackward = "layer_norm_backward",
-        /// `x, gamma -> y, rstd?` on layout `last`.
-        RmsNorm = "rms_norm",
-        /// `x, dy, gamma -> dx, dgamma` on layout `last`.
-        RmsNormBackward = "rms_norm_backward",
-        /// `x, gamma, beta -> y, mean?, rstd?` on a channel layout.
-        GroupNorm = "group_norm",
-        /// `x, dy, gamma -> dx, dgamma, dbeta` on a channel layout.
-        GroupNormBackward = "group_norm_backward",
-    }
-);
+/// An op of the family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FamilyOp {
+    /// `x, gamma, beta -> y, mean?, rstd?` on layout `last`.
+    LayerNorm,
+    /// `x, dy, gamma -> dx, dgamma, dbeta` on layout `last`.
+    LayerNormBackward,
+    /// `x, gamma -> y, rstd?` on layout `last`.
+    RmsNorm,
+    /// `x, dy, gamma -> dx, dgamma` on layout `last`.
+    RmsNormBackward,
+    /// `x, gamma, beta -> y, mean?, rstd?` on a channel layout.
+    GroupNorm,
+    /// `x, dy, gamma -> dx, dgamma, dbeta` on a channel layout.
+    GroupNormBackward,
+}
+named!(FamilyOp, "op", {
+    LayerNorm => "layer_norm",
+    LayerNormBackward => "layer_norm_backward",
+    RmsNorm => "rms_norm",
+    RmsNormBackward => "rms_norm_backward",
+    GroupNorm => "group_norm",
+    GroupNormBackward => "group_norm_backward",
+});
 
-family_enum!(
-    /// A layout of the family: `last` (layer_norm, rms_norm) or a channel layout (group_norm).
-    FamilyLayout ("layout") {
-        /// `[*batch, *normalized]`, the trailing `normalized_ndim` axes normalized.
-        Last = "last",
-        /// `[N, C, H, W]`.
-        Nchw = "nchw",
-        /// `[N, H, W, C]`.
-        Nhwc = "nhwc",
-        /// `[N, C]`.
-        Nc = "nc",
-        /// `[N, C, L]`.
-        Ncl = "ncl",
-        /// `[N, C, D, H, W]`.
-        Ncdhw = "ncdhw",
-        /// `[N, D, H, W, C]`.
-        Ndhwc = "ndhwc",
-    }
-);
+/// A layout of the family: `last` (layer_norm, rms_norm) or a channel layout (group_norm),
+/// the channel layouts by rank, channels-first ones before channels-last ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FamilyLayout {
+    /// `[*batch, *normalized]`, the trailing `normalized_ndim` axes normalized.
+    Last,
+    /// No spatial axis: `[N, C]`.
+    Nc,
+    /// Channels first, one spatial axis: `[N, C, L]`.
+    Ncl,
+    /// Channels first, two spatial axes: `[N, C, H, W]`.
+    Nchw,
+    /// Channels first, three spatial axes: `[N, C, D, H, W]`.
+    Ncdhw,
+    /// Channels last, two spatial axes: `[N, H, W, C]`.
+    Nhwc,
+    /// Channels last, three spatial axes: `[N, D, H, W, C]`.
+    Ndhwc,
+}
+named!(FamilyLayout, "layout", {
+    Last => "last",
+    Nc => "nc",
+    Ncl => "ncl",
+    Nchw => "nchw",
+    Ncdhw => "ncdhw",
+    Nhwc => "nhwc",
+    Ndhwc => "ndhwc",
+});
 
-family_enum!(
-    /// Which affine parameters a case has (`affine`).
-    Affine ("affine") {
-        /// `gamma` and `beta`.
-        WeightBias = "weight_bias",
-        /// `gamma` only: beta = 0, no `dbeta`.
-        Weight = "weight",
-        /// Neither: weight 1, bias 0, no `dgamma`, no `dbeta`.
-        None = "none",
-    }
-);
+/// Which affine parameters a case has (`affine`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Affine {
+    /// `gamma` and `beta`.
+    WeightBias,
+    /// `gamma` only: beta = 0, no `dbeta`.
+    Weight,
+    /// Neither: weight 1, bias 0, no `dgamma`, no `dbeta`.
+    None,
+}
+named!(Affine, "affine", {
+    WeightBias => "weight_bias",
+    Weight => "weight",
+    None => "none",
+});
 
-family_enum!(
-    /// The weight convention (`convention`; only rms_norm has `offset`).
-    RmsConvention ("convention") {
-        /// `y = gamma·xhat`.
-        Standard = "standard",
-        /// `y = (1 + gamma)·xhat` (Gemma); `dgamma` is with respect to that `gamma`.
-        Offset = "offset",
-    }
-);
+/// The weight convention (`convention`; only rms_norm has `offset`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RmsConvention {
+    /// `y = gamma·xhat`.
+    Standard,
+    /// `y = (1 + gamma)·xhat` (Gemma); `dgamma` is with respect to that `gamma`.
+    Offset,
+}
+named!(RmsConvention, "convention", {
+    Standard => "standard",
+    Offset => "offset",
+});
 
 impl FamilyOp {
     /// The family the op belongs to.

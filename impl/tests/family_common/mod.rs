@@ -6,24 +6,32 @@
 
 #![allow(dead_code)]
 
-use bnconf_impl::family::channel_dims;
+use bnconf_impl::family::{channel_dims, Named};
 use bnconf_impl::*;
 use bnconf_spec::exact::round::{f64_to_rational, round, FloatFormat};
 use bnconf_spec::exact::QSqrt;
 use bnconf_spec::family as spec;
 use proptest::prelude::*;
 
+/// SplitMix64: a deterministic stream of uniform values in `[0, 1)`.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn unit(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (z ^ (z >> 31)) as f64 * 2f64.powi(-64)
+    }
+}
+
 /// Deterministic values in `[lo, hi)` on a grid of 1/256, rounded to `dtype`.
 pub fn values(n: usize, seed: u64, lo: f64, hi: f64, dtype: Dtype) -> Vec<f64> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut rng = SplitMix(seed);
+    let on_grid = |v: f64| (v * 256.0).round() / 256.0;
     (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            let t = (s >> 11) as f64 / 2f64.powi(53);
-            dtype.round(((lo + t * (hi - lo)) * 256.0).round() / 256.0)
-        })
+        .map(|_| dtype.round(on_grid(lo + rng.unit() * (hi - lo))))
         .collect()
 }
 
