@@ -1,11 +1,11 @@
 //! A case of the family as a kernel sees it ([`FamilyCase`]), and its validation: every
-//! field checked, the error naming the field, before anything is allocated from the shape
-//! beyond its grouping.
+//! field checked, the error naming the field, the shape's sizes checked against the inputs before
+//! anything is allocated from it.
 
 use std::collections::BTreeMap;
 
 use super::error::FamilyError;
-use super::grouping::Grouping;
+use super::grouping::{group_dims, last_counts, Grouping};
 use super::vocab::{is_family_activation, Affine, Family, FamilyLayout, FamilyOp, RmsConvention};
 use crate::Dtype;
 
@@ -111,9 +111,13 @@ impl FamilyCase {
                 format!("{} is not a finite number ≥ 0", self.eps),
             ));
         }
-        let g = match (self.normalized_ndim, self.groups) {
-            (Some(k), _) => Grouping::last(&self.shape, k)?,
-            (_, Some(groups)) => Grouping::channels(self.layout, &self.shape, groups)?,
+        // Sizes first: inputs are checked against them before the grouping is built.
+        let (cells, params) = match (self.normalized_ndim, self.groups) {
+            (Some(k), _) => last_counts(&self.shape, k)?,
+            (_, Some(groups)) => {
+                let (n, c, s) = group_dims(self.layout, &self.shape, groups)?;
+                (n * c * s, c)
+            }
             (None, None) => unreachable!("checked above"),
         };
         let wanted = self.op.inputs(self.affine);
@@ -130,9 +134,9 @@ impl FamilyCase {
                 ));
             }
             let n = if is_family_activation(name) {
-                g.len()
+                cells
             } else {
-                g.n_params()
+                params
             };
             if v.len() != n {
                 return Err(FamilyError::new(
@@ -150,6 +154,9 @@ impl FamilyCase {
                 ),
             ));
         }
-        Ok(g)
+        Ok(match (self.normalized_ndim, self.groups) {
+            (Some(k), _) => Grouping::last(&self.shape, k)?,
+            (_, groups) => Grouping::channels(self.layout, &self.shape, groups.unwrap_or(1))?,
+        })
     }
 }

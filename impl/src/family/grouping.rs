@@ -73,28 +73,51 @@ pub fn channel_offset(
     }
 }
 
+/// `(cells, K)` of layout `last` after checking `normalized_ndim` (1..=3, at least one batch
+/// axis) and the shape, without allocating anything.
+pub fn last_counts(shape: &[usize], normalized_ndim: usize) -> Result<(usize, usize), FamilyError> {
+    if !(1..=3).contains(&normalized_ndim) {
+        return Err(FamilyError::new(
+            "normalized_ndim",
+            format!("{normalized_ndim} is not 1, 2 or 3"),
+        ));
+    }
+    if shape.len() <= normalized_ndim {
+        return Err(FamilyError::new(
+            "normalized_ndim",
+            format!(
+                "{normalized_ndim} leaves no batch axis in shape {shape:?} (needs at least {} dimensions)",
+                normalized_ndim + 1
+            ),
+        ));
+    }
+    let n = cell_count(shape)?;
+    Ok((n, shape[shape.len() - normalized_ndim..].iter().product()))
+}
+
+/// [`channel_dims`] after also checking that `groups` divides C, without allocating anything.
+pub fn group_dims(
+    layout: FamilyLayout,
+    shape: &[usize],
+    groups: usize,
+) -> Result<(usize, usize, usize), FamilyError> {
+    let dims = channel_dims(layout, shape)?;
+    let c = dims.1;
+    if groups == 0 || c % groups != 0 {
+        return Err(FamilyError::new(
+            "groups",
+            format!("{groups} does not divide the channel count C = {c}"),
+        ));
+    }
+    Ok(dims)
+}
+
 impl Grouping {
     /// Layout `last`: `shape = [*batch, *normalized]` with the trailing `normalized_ndim` axes
     /// normalized (1..=3, at least one batch axis). Row `r` is cells `r·K … r·K + K − 1`;
     /// cell `i` uses parameter `i mod K`.
     pub fn last(shape: &[usize], normalized_ndim: usize) -> Result<Self, FamilyError> {
-        if !(1..=3).contains(&normalized_ndim) {
-            return Err(FamilyError::new(
-                "normalized_ndim",
-                format!("{normalized_ndim} is not 1, 2 or 3"),
-            ));
-        }
-        if shape.len() <= normalized_ndim {
-            return Err(FamilyError::new(
-                "normalized_ndim",
-                format!(
-                    "{normalized_ndim} leaves no batch axis in shape {shape:?} (needs at least {} dimensions)",
-                    normalized_ndim + 1
-                ),
-            ));
-        }
-        let n = cell_count(shape)?;
-        let k: usize = shape[shape.len() - normalized_ndim..].iter().product();
+        let (n, k) = last_counts(shape, normalized_ndim)?;
         Ok(Grouping {
             members: (0..n / k).map(|r| (r * k..(r + 1) * k).collect()).collect(),
             param_of: (0..n).map(|i| i % k).collect(),
@@ -110,15 +133,8 @@ impl Grouping {
         shape: &[usize],
         groups: usize,
     ) -> Result<Self, FamilyError> {
-        let dims = channel_dims(layout, shape)?;
-        let c = dims.1;
-        if groups == 0 || c % groups != 0 {
-            return Err(FamilyError::new(
-                "groups",
-                format!("{groups} does not divide the channel count C = {c}"),
-            ));
-        }
-        let per = c / groups;
+        let dims = group_dims(layout, shape, groups)?;
+        let per = dims.1 / groups;
         let last = layout.channels_last();
         Ok(Self::channels_with(
             dims,

@@ -56,8 +56,11 @@ macro_rules! named {
 /// A family (`--family`): which ops a kernel of that family implements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Family {
+    /// `layer_norm`, `layer_norm_backward`.
     LayerNorm,
+    /// `rms_norm`, `rms_norm_backward`.
     RmsNorm,
+    /// `group_norm`, `group_norm_backward` (InstanceNorm at `groups = C`).
     GroupNorm,
 }
 named!(Family, "family", {
