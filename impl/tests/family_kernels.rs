@@ -176,7 +176,8 @@ fn known_bad_kernels_conform_where_their_defect_does_not_show() {
         }
         let mut checked = 0;
         for case in hand_cases(kernel.family()) {
-            let claims = kernel.defective_ops().contains(&case.op);
+            let claims = kernel.defective_ops().contains(&case.op)
+                && kernel.defect_dtypes().contains(&case.dtype);
             let shows = match kernel.name() {
                 // Each defect's reach, from its description: the cases it may spoil (a superset);
                 // outside it the kernel must conform.
@@ -185,7 +186,7 @@ fn known_bad_kernels_conform_where_their_defect_does_not_show() {
                 "bad-ln-no-eps" | "bad-ln-eps-outside-sqrt" => claims,
                 "bad-ln-backward-one-axis" => claims && case.normalized_ndim > Some(1),
                 "bad-rms-bf16-dgamma" => claims && case.affine.has_weight(),
-                "bad-rms-f16-sumsq-overflow" => claims && case.dtype == Dtype::F16,
+                "bad-rms-f16-sumsq-overflow" => claims,
                 "bad-rms-offset-ignored" => {
                     claims && case.convention == RmsConvention::Offset && case.affine.has_weight()
                 }
@@ -321,6 +322,9 @@ fn half_storage_kernels_return_y_only_and_twopass_its_statistics() {
             k.expected() == Expected::KnownBad
         );
         assert_eq!(k.defective_ops().is_empty(), k.expected() == Expected::Good);
+        if k.expected() == Expected::Good {
+            assert_eq!(k.defect_dtypes(), Dtype::ALL, "{}", k.name());
+        }
         assert!(k.description().len() > 40);
         assert!(family_kernels(k.family())
             .iter()

@@ -75,6 +75,13 @@ impl FamilyKernel for FamilyRecipe {
     fn defective_ops(&self) -> &'static [FamilyOp] {
         self.defective_ops
     }
+    fn defect_dtypes(&self) -> &'static [Dtype] {
+        if self.has(Flaw::SumSqF16) {
+            &[Dtype::F16]
+        } else {
+            Dtype::ALL
+        }
+    }
     fn run(&self, case: &FamilyCase) -> Result<Outputs, Unsupported> {
         if case.op.family() != self.family {
             return Err(Unsupported(format!(

@@ -4,7 +4,7 @@
 
 use super::case::FamilyCase;
 use super::vocab::{Family, FamilyOp};
-use crate::{Expected, Outputs, Unsupported};
+use crate::{Dtype, Expected, Outputs, Unsupported};
 
 /// A kernel of the normalization family under test.
 pub trait FamilyKernel: Send + Sync {
@@ -20,6 +20,11 @@ pub trait FamilyKernel: Send + Sync {
     /// like a good kernel. Empty for good kernels.
     fn defective_ops(&self) -> &'static [FamilyOp] {
         &[]
+    }
+    /// The storage dtypes on which a known-bad kernel's defect can show (all of them but for
+    /// a half-precision-only defect); on the others it computes like a good kernel.
+    fn defect_dtypes(&self) -> &'static [Dtype] {
+        Dtype::ALL
     }
     /// Outputs by name, each value representable in its dtype ([`FamilyCase::dtype_of`]).
     /// A malformed case is [`Unsupported`] with a reason starting `invalid case:` that names
