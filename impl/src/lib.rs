@@ -9,6 +9,7 @@
 //! type (`f32` or `f64`); f16 and bf16 data are computed in f32 and rounded at the end.
 
 mod catalog;
+pub mod family;
 mod kernel;
 mod layout;
 mod real;
@@ -18,6 +19,10 @@ mod stats;
 mod vocab;
 
 pub use catalog::{all_kernels, kernel_by_name, kernel_in_f64};
+pub use family::{
+    all_family_kernels, family_kernel_by_name, family_kernels, Affine, Family, FamilyCase,
+    FamilyError, FamilyKernel, FamilyLayout, FamilyOp, RmsConvention,
+};
 pub use kernel::{Case, Expected, Kernel, Outputs, Params, Unsupported};
 pub use layout::{channel_cells, channel_dims};
 pub use recipe::validate;

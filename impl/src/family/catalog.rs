@@ -1,0 +1,217 @@
+//! The family's kernels: good ones first (per family: `ln-`, `rms-`, `gn-`), then the
+//! known-bad negative controls, one per bug shape of DESIGN §9.
+
+use super::driver::{FamilyRecipe, Flaw};
+use super::kernel::FamilyKernel;
+use super::vocab::{Family, FamilyOp};
+use crate::stats::Moments;
+use crate::Expected;
+
+/// Chunk length of the Welford kernels (small, so moderate rows already exercise the merge).
+const WELFORD_CHUNK: usize = 16;
+
+const LN: &[FamilyOp] = &[FamilyOp::LayerNorm, FamilyOp::LayerNormBackward];
+const RMS: &[FamilyOp] = &[FamilyOp::RmsNorm, FamilyOp::RmsNormBackward];
+const GN: &[FamilyOp] = &[FamilyOp::GroupNorm, FamilyOp::GroupNormBackward];
+
+/// The reference recipe of a family: two-pass, pairwise sums in the working precision.
+const fn twopass(name: &'static str, description: &'static str, family: Family) -> FamilyRecipe {
+    FamilyRecipe {
+        name,
+        description,
+        family,
+        expected: Expected::Good,
+        moments: Moments::TwoPass,
+        half_storage: false,
+        stats_out: true,
+        flaw: None,
+        defective_ops: &[],
+    }
+}
+
+/// A known-bad variant of a family's two-pass recipe.
+const fn bad(
+    name: &'static str,
+    description: &'static str,
+    family: Family,
+    flaw: Flaw,
+    defective_ops: &'static [FamilyOp],
+) -> FamilyRecipe {
+    FamilyRecipe {
+        expected: Expected::KnownBad,
+        flaw: Some(flaw),
+        defective_ops,
+        ..twopass(name, description, family)
+    }
+}
+
+fn recipes() -> Vec<FamilyRecipe> {
+    let half = |name, description, family| FamilyRecipe {
+        half_storage: true,
+        stats_out: false,
+        ..twopass(name, description, family)
+    };
+    vec![
+        twopass(
+            "ln-twopass",
+            "LayerNorm, two-pass per row: mean = Σx/K, then var = Σ(x−mean)²/K, sums pairwise, \
+             in the working precision (f64 for f64 data, f32 otherwise: f32 accumulation for \
+             f16/bf16); backward in the closed three-term form, dgamma/dbeta summed over every \
+             row. Outputs rounded to their dtype.",
+            Family::LayerNorm,
+        ),
+        FamilyRecipe {
+            moments: Moments::Welford {
+                chunk: WELFORD_CHUNK,
+            },
+            ..twopass(
+                "ln-welford",
+                "LayerNorm with Welford's update over chunks of 16 cells of a row, chunks \
+                 merged as a balanced tree with Chan's formula, in the working precision; \
+                 backward as ln-twopass.",
+                Family::LayerNorm,
+            )
+        },
+        half(
+            "ln-half-f32acc",
+            "LayerNorm keeping per-cell intermediates (xhat, dy·gamma) in the storage type \
+             (f16/bf16 activations stay half) while every sum accumulates in f32; returns y \
+             only (no mean, rstd).",
+            Family::LayerNorm,
+        ),
+        twopass(
+            "rms-twopass",
+            "RMSNorm: Σx²/K summed pairwise in the working precision (f64 for f64 data, f32 \
+             otherwise), rstd = 1/sqrt(Σx²/K + eps), y = w·x·rstd with w = gamma or 1 + gamma \
+             (offset); backward in the closed two-term form, dgamma summed over every row.",
+            Family::RmsNorm,
+        ),
+        half(
+            "rms-half-f32acc",
+            "RMSNorm keeping per-cell intermediates (xhat, dy·w) in the storage type while \
+             Σx² and the backward's sums accumulate in f32; returns y only (no rstd).",
+            Family::RmsNorm,
+        ),
+        twopass(
+            "gn-twopass",
+            "GroupNorm (InstanceNorm at groups = C) on every channel layout: each (sample, \
+             group) two-pass over its channels' cells, pairwise sums in the working precision; \
+             backward three-term per group, dgamma/dbeta per channel over every sample and \
+             spatial cell.",
+            Family::GroupNorm,
+        ),
+        half(
+            "gn-half-f32acc",
+            "GroupNorm keeping per-cell intermediates (xhat, dy·gamma) in the storage type while \
+             every sum accumulates in f32; returns y only (no mean, rstd).",
+            Family::GroupNorm,
+        ),
+        bad(
+            "bad-ln-onepass",
+            "KNOWN BAD: LayerNorm variance one-pass, var = max(E[x²] − mean², 0) in the \
+             working precision (as reported for ONNX Runtime's CPU LayerNormalization): \
+             catastrophic cancellation on rows whose mean is large against their spread.",
+            Family::LayerNorm,
+            Flaw::OnePass,
+            LN,
+        ),
+        bad(
+            "bad-ln-backward-onepass",
+            "KNOWN BAD: LayerNorm forward two-pass, but the backward recomputes the variance \
+             one-pass, var = max(E[x²] − mean², 0) (as MLX's fast.layer_norm fallback): wrong \
+             dx and dgamma on rows with a large mean.",
+            Family::LayerNorm,
+            Flaw::BackwardOnePass,
+            &[FamilyOp::LayerNormBackward],
+        ),
+        bad(
+            "bad-ln-no-eps",
+            "KNOWN BAD: LayerNorm with rstd = 1/sqrt(var): eps dropped (wrong once var is not \
+             large against eps; infinite on constant rows).",
+            Family::LayerNorm,
+            Flaw::NoEps,
+            LN,
+        ),
+        bad(
+            "bad-ln-eps-outside-sqrt",
+            "KNOWN BAD: LayerNorm with rstd = 1/(sqrt(var) + eps): eps added outside the \
+             square root.",
+            Family::LayerNorm,
+            Flaw::EpsOutsideSqrt,
+            LN,
+        ),
+        bad(
+            "bad-ln-backward-one-axis",
+            "KNOWN BAD: LayerNorm backward that normalises over the last axis only (each row of \
+             the last extent its own group) when normalized_ndim > 1; gamma indexed correctly, \
+             forward correct.",
+            Family::LayerNorm,
+            Flaw::BackwardOneAxis,
+            &[FamilyOp::LayerNormBackward],
+        ),
+        bad(
+            "bad-rms-bf16-dgamma",
+            "KNOWN BAD: RMSNorm backward whose dgamma is reduced across rows in bf16 (the \
+             accumulator rounded to bf16 after every addition, as reported for Liger-Kernel).",
+            Family::RmsNorm,
+            Flaw::DgammaBf16,
+            &[FamilyOp::RmsNormBackward],
+        ),
+        bad(
+            "bad-rms-f16-sumsq-overflow",
+            "KNOWN BAD: RMSNorm on f16 data accumulates Σx² in f16: it overflows to infinity \
+             once a cell has |x| ≥ 256 (rstd becomes 0) and loses precision on long rows; \
+             other dtypes as rms-twopass.",
+            Family::RmsNorm,
+            Flaw::SumSqF16,
+            RMS,
+        ),
+        bad(
+            "bad-rms-offset-ignored",
+            "KNOWN BAD: RMSNorm that ignores the offset convention: y = gamma·xhat (and the \
+             backward's weight gamma) where the case asks for (1 + gamma).",
+            Family::RmsNorm,
+            Flaw::OffsetIgnored,
+            RMS,
+        ),
+        bad(
+            "bad-gn-pow2-groups",
+            "KNOWN BAD: GroupNorm that finds a channel's group by a shift, c >> log2(C/G) with \
+             C/G rounded down to a power of two (clamped to the last group): wrong groups when \
+             C/G is not a power of two.",
+            Family::GroupNorm,
+            Flaw::Pow2Groups,
+            GN,
+        ),
+        bad(
+            "bad-gn-channels-last",
+            "KNOWN BAD: GroupNorm that indexes channels-last data (nhwc, ndhwc) as if \
+             channels-first, (n·C + c)·S + s: wrong groups and gamma on every channels-last \
+             case with C > 1 and more than one spatial cell.",
+            Family::GroupNorm,
+            Flaw::ChannelsLastAsNchw,
+            GN,
+        ),
+    ]
+}
+
+/// Every built-in family kernel in a fixed order: good ones first, then the known-bad ones.
+pub fn all_family_kernels() -> Vec<Box<dyn FamilyKernel>> {
+    recipes()
+        .into_iter()
+        .map(|r| Box::new(r) as Box<dyn FamilyKernel>)
+        .collect()
+}
+
+/// The family kernel of that name.
+pub fn family_kernel_by_name(name: &str) -> Option<Box<dyn FamilyKernel>> {
+    all_family_kernels().into_iter().find(|k| k.name() == name)
+}
+
+/// The built-in kernels of one family, in [`all_family_kernels`]' order.
+pub fn family_kernels(family: Family) -> Vec<Box<dyn FamilyKernel>> {
+    all_family_kernels()
+        .into_iter()
+        .filter(|k| k.family() == family)
+        .collect()
+}

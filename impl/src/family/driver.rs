@@ -1,0 +1,267 @@
+//! The family's float algorithm, written once over impl's [`Real`] working type and the
+//! shared [`Grouping`]: per group the statistics (two-pass, Welford or, as a defect,
+//! one-pass), then the forward `y = w·xhat + b` or the closed-form backward (three terms,
+//! two for rms_norm; `dgamma`, `dbeta` summed over every cell using the parameter). A
+//! [`FamilyRecipe`] picks the algorithm and, for a known-bad kernel, one [`Flaw`].
+
+use super::case::FamilyCase;
+use super::grouping::{channel_dims, channel_offset, Grouping};
+use super::kernel::FamilyKernel;
+use super::vocab::{Family, FamilyOp, RmsConvention};
+use crate::real::Real;
+use crate::stats::{Moments, Summation};
+use crate::{Dtype, Expected, Outputs, Unsupported};
+
+/// One planted defect of a known-bad family kernel (DESIGN §9's bug shapes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Flaw {
+    /// The variance one-pass, `max(E[x²] − mean², 0)`, in forward and backward.
+    OnePass,
+    /// `rstd = 1/sqrt(var)`: eps dropped.
+    NoEps,
+    /// `rstd = 1/(sqrt(var) + eps)`.
+    EpsOutsideSqrt,
+    /// `dgamma` accumulated in bf16 (the accumulator rounded to bf16 after every addition).
+    DgammaBf16,
+    /// `Σx²` accumulated in f16 on f16 data: overflows once a cell has |x| ≥ 256.
+    SumSqF16,
+    /// A channel's group is `c >> log2(P)` with `P` = C/G rounded down to a power of two
+    /// (clamped to the last group).
+    Pow2Groups,
+    /// Channels-last data indexed as channels-first (`(n·C + c)·S + s`).
+    ChannelsLastAsNchw,
+    /// The backward reduces over the last axis only (rows of the last extent), whatever
+    /// `normalized_ndim`.
+    BackwardOneAxis,
+    /// The `offset` convention is ignored: `w = gamma`.
+    OffsetIgnored,
+    /// The backward recomputes the variance one-pass (`E[x²] − mean²`); the forward is right.
+    BackwardOnePass,
+}
+
+/// A family kernel: its family, statistic algorithm, storage of per-cell intermediates and at
+/// most one [`Flaw`]. Working precision: f64 for f64 data, f32 otherwise; outputs rounded
+/// once to their dtype.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FamilyRecipe {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub family: Family,
+    pub expected: Expected,
+    /// Mean and variance of a centered group (rms_norm ignores it: `Σx²/K`, pairwise).
+    pub moments: Moments,
+    /// Per-cell intermediates (`xhat`, `dy·w`) rounded to the storage dtype (f16/bf16
+    /// activations kept in the half type; sums still in the working precision).
+    pub half_storage: bool,
+    /// Whether the forward returns `mean`/`rstd` (else `y` only).
+    pub stats_out: bool,
+    pub flaw: Option<Flaw>,
+    pub defective_ops: &'static [FamilyOp],
+}
+
+impl FamilyKernel for FamilyRecipe {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn family(&self) -> Family {
+        self.family
+    }
+    fn expected(&self) -> Expected {
+        self.expected
+    }
+    fn description(&self) -> &'static str {
+        self.description
+    }
+    fn defective_ops(&self) -> &'static [FamilyOp] {
+        self.defective_ops
+    }
+    fn defect_dtypes(&self) -> &'static [Dtype] {
+        if self.has(Flaw::SumSqF16) {
+            &[Dtype::F16]
+        } else {
+            Dtype::ALL
+        }
+    }
+    fn run(&self, case: &FamilyCase) -> Result<Outputs, Unsupported> {
+        if case.op.family() != self.family {
+            return Err(Unsupported(format!(
+                "op `{}` is not a {} op",
+                case.op, self.family
+            )));
+        }
+        let g = case
+            .validate()
+            .map_err(|e| Unsupported(format!("invalid case: {e}")))?;
+        let g = self.grouping(case, g);
+        Ok(if case.dtype == Dtype::F64 {
+            self.compute::<f64>(case, &g)
+        } else {
+            self.compute::<f32>(case, &g)
+        })
+    }
+}
+
+impl FamilyRecipe {
+    fn has(&self, f: Flaw) -> bool {
+        self.flaw == Some(f)
+    }
+
+    /// The grouping the kernel reduces over: the case's, or the defect's wrong one.
+    fn grouping(&self, case: &FamilyCase, g: Grouping) -> Grouping {
+        let dims = || channel_dims(case.layout, &case.shape).expect("validated");
+        let groups = case.groups.unwrap_or(1);
+        match self.flaw {
+            Some(Flaw::Pow2Groups) => {
+                let dims = dims();
+                let per = dims.1 / groups;
+                let shift = per.ilog2();
+                let last = case.layout.channels_last();
+                Grouping::channels_with(
+                    dims,
+                    groups,
+                    |c| (c >> shift).min(groups - 1),
+                    |n, c, s| channel_offset(last, dims, n, c, s),
+                )
+            }
+            Some(Flaw::ChannelsLastAsNchw) => {
+                let dims = dims();
+                let per = dims.1 / groups;
+                Grouping::channels_with(
+                    dims,
+                    groups,
+                    |c| c / per,
+                    |n, c, s| channel_offset(false, dims, n, c, s),
+                )
+            }
+            Some(Flaw::BackwardOneAxis) if case.op.is_backward() => Grouping::last(&case.shape, 1)
+                .expect("a valid `last` shape has a last axis")
+                .with_params_of(&g),
+            _ => g,
+        }
+    }
+
+    /// `(mean, rstd)` of every group, in the working type.
+    fn stats<A: Real>(&self, case: &FamilyCase, g: &Grouping, x: &[A]) -> (Vec<A>, Vec<A>) {
+        let eps = A::of(case.eps);
+        let one_pass =
+            self.has(Flaw::OnePass) || (case.op.is_backward() && self.has(Flaw::BackwardOnePass));
+        let moments = if one_pass {
+            Moments::OnePass
+        } else {
+            self.moments
+        };
+        let sumsq = if self.has(Flaw::SumSqF16) && case.dtype == Dtype::F16 {
+            Summation::Storage16
+        } else {
+            Summation::Pairwise
+        };
+        g.groups()
+            .iter()
+            .map(|cells| {
+                let xs: Vec<A> = cells.iter().map(|&i| x[i]).collect();
+                let (mean, var) = if case.op.centered() {
+                    moments.mean_var(Summation::Pairwise, case.dtype, &xs)
+                } else {
+                    let ss = sumsq.sum(case.dtype, xs.len(), |i| xs[i] * xs[i]);
+                    (A::ZERO, ss / A::count(xs.len()))
+                };
+                let rstd = match self.flaw {
+                    Some(Flaw::NoEps) => A::ONE / var.sqrt(),
+                    Some(Flaw::EpsOutsideSqrt) => A::ONE / (var.sqrt() + eps),
+                    _ => A::ONE / (var + eps).sqrt(),
+                };
+                (mean, rstd)
+            })
+            .unzip()
+    }
+
+    fn compute<A: Real>(&self, case: &FamilyCase, g: &Grouping) -> Outputs {
+        let read = |name: &str| -> Vec<A> { case.input(name).iter().map(|&v| A::of(v)).collect() };
+        let keep = |v: A| {
+            if self.half_storage {
+                A::of(case.dtype.round(v.to_f64()))
+            } else {
+                v
+            }
+        };
+        let x = read("x");
+        let gamma = case.affine.has_weight().then(|| read("gamma"));
+        let offset = case.convention == RmsConvention::Offset && !self.has(Flaw::OffsetIgnored);
+        let w = |p: usize| match &gamma {
+            Some(gm) if offset => A::ONE + gm[p],
+            Some(gm) => gm[p],
+            None => A::ONE,
+        };
+        let (mean, rstd) = self.stats(case, g, &x);
+        let mut xhat = vec![A::ZERO; x.len()];
+        for (gi, cells) in g.groups().iter().enumerate() {
+            for &i in cells {
+                xhat[i] = keep((x[i] - mean[gi]) * rstd[gi]);
+            }
+        }
+        let mut out = Outputs::new();
+        let mut put = |name: &str, v: &[A]| {
+            let d = case.dtype_of(name);
+            out.insert(
+                name.to_string(),
+                v.iter().map(|a| d.round(a.to_f64())).collect(),
+            );
+        };
+        let params = g.param_of();
+        if !case.op.is_backward() {
+            let beta = case.affine.has_bias().then(|| read("beta"));
+            let b = |p: usize| beta.as_ref().map_or(A::ZERO, |bt| bt[p]);
+            let y: Vec<A> = (0..x.len())
+                .map(|i| w(params[i]) * xhat[i] + b(params[i]))
+                .collect();
+            put("y", &y);
+            if self.stats_out {
+                if case.op.centered() {
+                    put("mean", &mean);
+                }
+                put("rstd", &rstd);
+            }
+            return out;
+        }
+        let dy = read("dy");
+        let gw: Vec<A> = (0..x.len()).map(|i| keep(dy[i] * w(params[i]))).collect();
+        let pairwise = |cells: &[usize], term: &dyn Fn(usize) -> A| {
+            Summation::Pairwise.sum(case.dtype, cells.len(), |j| term(cells[j]))
+        };
+        let mut dx = vec![A::ZERO; x.len()];
+        for (gi, cells) in g.groups().iter().enumerate() {
+            let k = A::count(cells.len());
+            let mean_g = pairwise(cells, &|i| gw[i]) / k;
+            let mean_gx = pairwise(cells, &|i| gw[i] * xhat[i]) / k;
+            for &i in cells {
+                let mut t = gw[i] - xhat[i] * mean_gx;
+                if case.op.centered() {
+                    t = t - mean_g;
+                }
+                dx[i] = rstd[gi] * t;
+            }
+        }
+        put("dx", &dx);
+        let by_param = g.cells_of_params();
+        if case.affine.has_weight() {
+            let (sum, acc) = if self.has(Flaw::DgammaBf16) {
+                (Summation::Storage16, Dtype::BF16)
+            } else {
+                (Summation::Pairwise, case.dtype)
+            };
+            let dgamma: Vec<A> = by_param
+                .iter()
+                .map(|cells| sum.sum(acc, cells.len(), |j| dy[cells[j]] * xhat[cells[j]]))
+                .collect();
+            put("dgamma", &dgamma);
+        }
+        if case.affine.has_bias() {
+            let dbeta: Vec<A> = by_param
+                .iter()
+                .map(|cells| pairwise(cells, &|i| dy[i]))
+                .collect();
+            put("dbeta", &dbeta);
+        }
+        out
+    }
+}
