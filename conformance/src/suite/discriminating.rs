@@ -26,9 +26,12 @@ use bnconf_spec::exact::parse::parse_rational;
 use bnconf_spec::{Geometry, Op};
 use std::collections::BTreeMap;
 
+/// A control: the known-bad kernel's name, its defect in words, the ops it applies to.
+pub type Control = (&'static str, &'static str, &'static [Op]);
+
 /// The control kernels (built-in known-bad kernels of `bnconf-impl`) and the ops where their
 /// defect applies: every case of those ops in a gating suite must reject them where it shows.
-pub const CONTROLS: &[(&str, &str, &[Op])] = &[
+pub const CONTROLS: &[Control] = &[
     (
         "bad-var-doubled",
         "a doubled variance",
@@ -70,22 +73,15 @@ const REFERENCE: &str = "twopass-f64";
 /// `Some(reason)` when a control's defect shows in `case` but stays within the budget (see
 /// the module docs); `None` when the case discriminates (or no control applies to its op).
 pub fn non_discriminating(case: &SuiteCase) -> Option<String> {
-    let controls: Vec<_> = CONTROLS
-        .iter()
-        .filter(|(_, _, ops)| ops.contains(&case.op))
-        .collect();
-    if controls.is_empty() || !case.shard_sizes.is_empty() {
+    if !case.shard_sizes.is_empty() {
         return None;
     }
-    let geom = Geometry::new(case.layout, &case.shape, usize::MAX).ok()?;
-    // Errors (an undefined case) are the reference's to report, not this rule's.
-    let budgets = budgets_of(case, &geom)?;
-    let kc = case.to_kernel_case();
-    let reference = bnconf_impl::kernel_by_name(REFERENCE)?.run(&kc).ok()?;
-    let k = budget::k_allowance(geom.m);
-    for (name, what, _) in controls {
-        let out = bnconf_impl::kernel_in_f64(name)?.run(&kc).ok()?;
-        let (shows, worst) = judge_control(case, &budgets, &reference, &out, k);
+    let names: Vec<&str> = CONTROLS
+        .iter()
+        .filter(|(_, _, ops)| ops.contains(&case.op))
+        .map(|(n, _, _)| *n)
+        .collect();
+    for ((name, what, _), (shows, worst)) in evaluate(case, &names)? {
         if shows && worst <= MARGIN {
             return Some(format!(
                 "non-discriminating in {}: {what} (the control {name}) stays within {:.2} × the \
@@ -105,13 +101,30 @@ pub fn shows(case: &SuiteCase, name: &str) -> Option<bool> {
     if !ops.contains(&case.op) {
         return None;
     }
+    Some(evaluate(case, &[name])?.first()?.1 .0)
+}
+
+/// Runs the controls `names` (in [`CONTROLS`] order) and the reference on `case` under the
+/// closed-form budgets: per control, `(shows, worst)` ([`judge_control`]). `None` when the
+/// case cannot be evaluated (an undefined case is the reference's to report, not this
+/// rule's); an empty list when no control is named.
+fn evaluate(case: &SuiteCase, names: &[&str]) -> Option<Vec<(&'static Control, (bool, f64))>> {
+    let controls: Vec<_> = CONTROLS.iter().filter(|c| names.contains(&c.0)).collect();
+    if controls.is_empty() {
+        return Some(Vec::new());
+    }
     let geom = Geometry::new(case.layout, &case.shape, usize::MAX).ok()?;
     let budgets = budgets_of(case, &geom)?;
     let kc = case.to_kernel_case();
     let reference = bnconf_impl::kernel_by_name(REFERENCE)?.run(&kc).ok()?;
-    let out = bnconf_impl::kernel_in_f64(name)?.run(&kc).ok()?;
     let k = budget::k_allowance(geom.m);
-    Some(judge_control(case, &budgets, &reference, &out, k).0)
+    controls
+        .into_iter()
+        .map(|c| {
+            let out = bnconf_impl::kernel_in_f64(c.0)?.run(&kc).ok()?;
+            Some((c, judge_control(case, &budgets, &reference, &out, k)))
+        })
+        .collect()
 }
 
 /// `(shows, worst)`: whether the control's defect shows (module docs) and its worst error
