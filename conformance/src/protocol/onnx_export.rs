@@ -343,13 +343,6 @@ fn model(id: &str, t: &Test) -> pb::ModelProto {
     }
 }
 
-/// `[{"id", "reason"}]` of `(id, reason)` pairs, in order.
-fn reasons(list: &[(String, String)]) -> Value {
-    list.iter()
-        .map(|(id, why)| json!({"id": id, "reason": why}))
-        .collect()
-}
-
 /// What was written: the StableHLO export's record (`modules`: the models written;
 /// `unsupported`: the cases no ONNX operator expresses; `excluded`: those the float32
 /// attributes make ill-posed).
@@ -431,23 +424,18 @@ pub fn export(s: &Suite, dtype: Precision, filter: &Filter, dir: &Path) -> Resul
         }));
         w.modules += 1;
     }
-    let manifest = json!({
-        "format": FORMAT,
-        "suite": s.name,
-        "seed": s.seed,
-        "dtype": dtype.name(),
-        "opset": OPSET,
-        "ir_version": IR_VERSION,
-        "ops": filter.ops.iter().map(|o| o.name()).collect::<Vec<_>>(),
-        "layouts": filter.layouts.iter().map(|l| l.name()).collect::<Vec<_>>(),
-        "generator": {"tool": "bnconf", "version": env!("CARGO_PKG_VERSION")},
-        "budget": "per element |output - golden| <= budget: k(m)*u*(cond + mag + u*mag2 + underflow/u), f64",
-        "cases": listed,
-        "unsupported": reasons(&w.unsupported),
-        "excluded": reasons(&[&s.excluded[..], &w.excluded[..]].concat()),
-    });
-    let text = serde_json::to_string_pretty(&manifest).expect("json") + "\n";
-    write_bytes(&dir.join("manifest.json"), text.as_bytes())?;
+    crate::protocol::stablehlo::write_manifest(
+        dir,
+        FORMAT,
+        (s, &dtype.name(), filter),
+        &[("opset", json!(OPSET)), ("ir_version", json!(IR_VERSION))],
+        &[(
+            "budget",
+            json!("per element |output - golden| <= budget: k(m)*u*(cond + mag + u*mag2 + underflow/u), f64"),
+        )],
+        listed,
+        &w,
+    )?;
     Ok(w)
 }
 

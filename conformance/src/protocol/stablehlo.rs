@@ -351,23 +351,69 @@ pub fn export(s: &Suite, dtype: Precision, filter: &Filter, dir: &Path) -> Resul
         }));
         w.modules += 1;
     }
-    let manifest = json!({
-        "format": FORMAT,
-        "suite": s.name,
-        "seed": s.seed,
-        "dtype": t.name(),
-        "ops": filter.ops.iter().map(|o| o.name()).collect::<Vec<_>>(),
-        "layouts": filter.layouts.iter().map(|l| l.name()).collect::<Vec<_>>(),
-        "generator": {"tool": "bnconf", "version": env!("CARGO_PKG_VERSION")},
-        "entry": "main",
-        "budget": "per element |result - golden| <= budget: k(m)*u*(cond + mag + u*mag2 + underflow/u), f64",
-        "cases": listed,
-        "unsupported": w.unsupported.iter().map(|(id, why)| json!({"id": id, "reason": why})).collect::<Vec<_>>(),
-        "excluded": s.excluded.iter().chain(&w.excluded).map(|(id, why)| json!({"id": id, "reason": why})).collect::<Vec<_>>(),
-    });
-    let text = serde_json::to_string_pretty(&manifest).expect("json") + "\n";
-    write_bytes(&dir.join("manifest.json"), text.as_bytes())?;
+    write_manifest(
+        dir,
+        FORMAT,
+        (s, t.name(), filter),
+        &[],
+        &[
+            ("entry", json!("main")),
+            ("budget", json!("per element |result - golden| <= budget: k(m)*u*(cond + mag + u*mag2 + underflow/u), f64")),
+        ],
+        listed,
+        &w,
+    )?;
     Ok(w)
+}
+
+/// The export manifest of both formats (StableHLO, ONNX), written to `dir/manifest.json`:
+/// `format`, `suite`, `seed`, `dtype`, then `head`, then `ops`, `layouts`, `generator`, then
+/// `tail`, then `cases` (`listed`), `unsupported` and `excluded` (the suite's exclusions, then
+/// the export's own).
+pub fn write_manifest(
+    dir: &Path,
+    format: &str,
+    (s, dtype, filter): (&Suite, &str, &Filter),
+    head: &[(&str, Value)],
+    tail: &[(&str, Value)],
+    listed: Vec<Value>,
+    w: &Written,
+) -> Result<()> {
+    let reasons = |list: &mut dyn Iterator<Item = &(String, String)>| -> Value {
+        list.map(|(id, why)| json!({"id": id, "reason": why}))
+            .collect()
+    };
+    let mut m = serde_json::Map::new();
+    m.insert("format".into(), json!(format));
+    m.insert("suite".into(), json!(s.name));
+    m.insert("seed".into(), json!(s.seed));
+    m.insert("dtype".into(), json!(dtype));
+    for (k, v) in head {
+        m.insert((*k).into(), v.clone());
+    }
+    m.insert(
+        "ops".into(),
+        json!(filter.ops.iter().map(|o| o.name()).collect::<Vec<_>>()),
+    );
+    m.insert(
+        "layouts".into(),
+        json!(filter.layouts.iter().map(|l| l.name()).collect::<Vec<_>>()),
+    );
+    m.insert(
+        "generator".into(),
+        json!({"tool": "bnconf", "version": env!("CARGO_PKG_VERSION")}),
+    );
+    for (k, v) in tail {
+        m.insert((*k).into(), v.clone());
+    }
+    m.insert("cases".into(), Value::Array(listed));
+    m.insert("unsupported".into(), reasons(&mut w.unsupported.iter()));
+    m.insert(
+        "excluded".into(),
+        reasons(&mut s.excluded.iter().chain(&w.excluded)),
+    );
+    let text = serde_json::to_string_pretty(&Value::Object(m)).expect("json") + "\n";
+    write_bytes(&dir.join("manifest.json"), text.as_bytes())
 }
 
 #[cfg(test)]
