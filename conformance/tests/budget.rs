@@ -959,3 +959,50 @@ fn bound_method_large_case() {
         eprintln!("exact budgets for 3 x {m} backward: {:?}", t.elapsed());
     }
 }
+
+/// One consistent allowance (issue: a sequential f32 sum failed through its variance): on a
+/// constant channel, a kernel whose mean is off by as much as the mean's own gate accepts
+/// (`|δ| = k·u·(cond + mag)` of forward `mean`) computes the two-pass variance `δ²` exactly
+/// (`(c − (c + δ))²`), and the variance's gate must accept it — in every dtype, at every
+/// channel size and magnitude. With `δ̄ = k·u·X1` (half the mean's gate) it did not: ratio
+/// `(2k)²/k / k = 4` times the gate.
+#[test]
+fn a_mean_its_gate_accepts_leaves_a_variance_the_gate_accepts() {
+    let mut rng = Rng(0x5eed_d317);
+    let cases: u32 = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(512);
+    for case in 0..cases {
+        let f = [
+            FloatFormat::F64,
+            FloatFormat::F32,
+            FloatFormat::F16,
+            FloatFormat::BF16,
+        ][case as usize % 4];
+        let m = 1 + rng.range(4096) as usize;
+        let c = (0.5 + rng.unif()) * 2f64.powi(rng.range(9) as i32 - 4);
+        let c = round(&q(c), f).to_f64();
+        let geom = Geometry::new(Layout::Rows, &[1, m], 1 << 20).unwrap();
+        let mut inputs = BTreeMap::new();
+        inputs.insert("x".to_string(), vec![q(c); m]);
+        inputs.insert("gamma".to_string(), vec![q(1.0)]);
+        inputs.insert("beta".to_string(), vec![q(0.0)]);
+        let eps = Rational::new(1.into(), 1000.into());
+        let p = Problem::new(Op::Forward, geom, eps, inputs).unwrap();
+        let b = budgets(&p, Method::Bound).unwrap();
+        let u = f.unit_roundoff();
+        let k = k_allowance(m);
+        // The largest mean error the mean's gate accepts, and the variance it leaves.
+        let mb = &b["mean"][0];
+        let delta = k * u * (mb.cond + mb.mag);
+        let var = delta * delta;
+        let vb = &b["var"][0];
+        let r = vb.ratio(var, &q(0.0), u);
+        assert!(
+            r <= k * (1.0 + 1e-9),
+            "{} m {m} x = {c}: mean off by {delta:e} (its gate) gives var {var:e}, ratio {r} > k {k}",
+            f.name()
+        );
+    }
+}
