@@ -1,0 +1,279 @@
+//! Judging a family kernel's outputs (FORMAT.md "the normalization family"): every element's
+//! ratio `|computed − exact| / (u·(cond + mag + u·mag2))` against its budget
+//! (`precision::family_budget`), each output gated at its own `k` (`k(K)` per row/group,
+//! `k(max(K, n))` for `dgamma`/`dbeta` summed over `n` cells); the optional statistics
+//! (`mean`, `rstd`) judged only when returned, a missing required output malformed. Results
+//! are the checker's [`CaseResult`]/[`OutputResult`].
+
+use crate::judge::verdict::{allowed_rel, CaseResult, OutputResult, Verdict};
+use crate::par::*;
+use crate::precision::family_budget::{
+    element_ratio_roots, family_budgets, FamilyBudgets, FamilyProblem,
+};
+use crate::suite::family::{
+    family_goldens, format_of, spec_grouping, spec_norm, FamilySuiteCase, Golden,
+};
+use bnconf_impl::family::{FamilyKernel, Named};
+use bnconf_impl::Unsupported;
+use bnconf_spec::exact::round::{round, FloatFormat};
+use bnconf_spec::SpecError;
+use std::collections::BTreeMap;
+
+/// A family case ready to judge: its exact outputs and their budgets.
+#[derive(Clone, Debug)]
+pub struct FamilyPrepared {
+    pub case: FamilySuiteCase,
+    pub goldens: BTreeMap<&'static str, Golden>,
+    pub budgets: FamilyBudgets,
+}
+
+/// The goldens and budgets of a family case (the reference's error for an invalid one).
+pub fn prepare_family(sc: &FamilySuiteCase) -> Result<FamilyPrepared, SpecError> {
+    let c = &sc.case;
+    let grouping = spec_grouping(c)?;
+    let norm = spec_norm(c)?;
+    let input = |n: &str| c.inputs.get(n).map(|v| v.as_slice());
+    let budgets = family_budgets(&FamilyProblem {
+        grouping: &grouping,
+        norm: &norm,
+        x: c.input("x"),
+        dy: input("dy"),
+        gamma: input("gamma"),
+        beta: input("beta"),
+        eps: c.eps,
+    })?;
+    Ok(FamilyPrepared {
+        case: sc.clone(),
+        goldens: family_goldens(c)?,
+        budgets,
+    })
+}
+
+/// [`prepare_family`] of every case, in order (cases in parallel).
+pub fn prepare_family_all(cases: &[FamilySuiteCase]) -> Result<Vec<FamilyPrepared>, SpecError> {
+    cases.par_iter().map(prepare_family).collect()
+}
+
+impl FamilyPrepared {
+    /// The gate of the per-cell outputs (`y` or `dx`): the case's `k`.
+    fn k(&self) -> f64 {
+        let b = &self.budgets.gate;
+        b.get("y").or_else(|| b.get("dx")).copied().unwrap_or(0.0)
+    }
+
+    fn result(&self, verdict: Verdict, outputs: Vec<OutputResult>) -> CaseResult {
+        let c = &self.case;
+        CaseResult {
+            id: c.id.clone(),
+            op: c.case.op.name(),
+            layout: c.case.layout.name(),
+            dtype: c.precision,
+            level: c.level,
+            class: c.class.clone(),
+            verdict,
+            worst_ratio: outputs.iter().map(|o| o.worst_ratio).fold(0.0, f64::max),
+            k: self.k(),
+            outputs,
+            computed: None,
+        }
+    }
+
+    /// A case the kernel did not run.
+    pub fn unsupported(&self, why: &str) -> CaseResult {
+        self.result(Verdict::Unsupported(why.to_string()), vec![])
+    }
+
+    /// Judge a kernel's outputs: every output it returned that the case has (the optional
+    /// statistics only when returned), each element against its budget at its output's gate.
+    /// A missing required output, an output the case does not have, or a wrong length is
+    /// [`Verdict::Malformed`] naming the output.
+    pub fn judge(&self, computed: &BTreeMap<String, Vec<f64>>) -> CaseResult {
+        let c = &self.case.case;
+        let optional = c.op.optional_outputs();
+        for name in computed.keys() {
+            if !self.goldens.contains_key(name.as_str()) {
+                return self.result(
+                    Verdict::Malformed(format!(
+                        "output `{name}` is not an output of `{}` with affine `{}`",
+                        c.op, c.affine
+                    )),
+                    vec![],
+                );
+            }
+        }
+        let mut outs = Vec::new();
+        for (&name, golden) in &self.goldens {
+            let Some(vals) = computed.get(name) else {
+                if optional.contains(&name) {
+                    continue;
+                }
+                return self.result(
+                    Verdict::Malformed(format!("output `{name}` missing")),
+                    vec![],
+                );
+            };
+            if vals.len() != golden.len() {
+                let why = format!(
+                    "output `{name}` has {} values, expected {}",
+                    vals.len(),
+                    golden.len()
+                );
+                return self.result(Verdict::Malformed(why), vec![]);
+            }
+            outs.push(self.judge_output(name, golden, vals));
+        }
+        let verdict = if outs.iter().all(|o| o.n_over == 0) {
+            Verdict::Pass
+        } else {
+            Verdict::Fail
+        };
+        self.result(verdict, outs)
+    }
+
+    fn judge_output(&self, name: &'static str, golden: &Golden, vals: &[f64]) -> OutputResult {
+        let u = format_of(self.case.case.dtype_of(name)).unit_roundoff();
+        let k = self.budgets.gate[name];
+        let budgets = &self.budgets.outputs[name];
+        let ratios: Vec<f64> = match golden {
+            Golden::Q(ex) => ex
+                .iter()
+                .zip(vals)
+                .zip(budgets)
+                .map(|((e, &v), b)| b.ratio(v, e, u))
+                .collect(),
+            Golden::Roots(ex) => ex
+                .iter()
+                .zip(vals)
+                .zip(budgets)
+                .map(|((e, &v), b)| element_ratio_roots(b, v, e, u))
+                .collect(),
+        };
+        let key = |r: f64| if r.is_nan() { f64::INFINITY } else { r };
+        let mut worst = 0usize;
+        for (i, &r) in ratios.iter().enumerate() {
+            if key(r) > key(ratios[worst]) {
+                worst = i;
+            }
+        }
+        let (expected, expected_f64) = match golden {
+            Golden::Q(ex) => (
+                ex[worst].to_string(),
+                round(&ex[worst], FloatFormat::F64).to_f64(),
+            ),
+            Golden::Roots(ex) => (
+                ex[worst].to_string(),
+                ex[worst].round(FloatFormat::F64).to_f64(),
+            ),
+        };
+        OutputResult {
+            name: name.to_string(),
+            worst_ratio: key(ratios[worst]),
+            index: worst,
+            expected,
+            expected_f64,
+            actual: vals[worst],
+            budget: budgets[worst],
+            n_over: ratios.iter().filter(|&&r| key(r) > k).count(),
+            len: vals.len(),
+            rank: None,
+            allowed_rel: allowed_rel(vals, budgets, k, u),
+        }
+    }
+}
+
+/// Run a family kernel on prepared cases, in process, and judge each (cases in parallel,
+/// results in order).
+pub fn run_family_kernel(
+    kernel: &dyn FamilyKernel,
+    prepared: &[FamilyPrepared],
+) -> Vec<CaseResult> {
+    prepared
+        .par_iter()
+        .map(|p| match kernel.run(&p.case.case) {
+            Ok(out) => p.judge(&out),
+            Err(Unsupported(why)) => p.unsupported(&why),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::suite::family::family_suite;
+    use crate::suite::Precision;
+    use bnconf_impl::family::Family;
+
+    /// The exact goldens rounded to each output's dtype: a correctly rounded "kernel".
+    fn rounded(p: &FamilyPrepared) -> BTreeMap<String, Vec<f64>> {
+        p.goldens
+            .iter()
+            .map(|(&name, g)| {
+                let f = format_of(p.case.case.dtype_of(name));
+                let v = match g {
+                    Golden::Q(v) => v.iter().map(|e| round(e, f).to_f64()).collect(),
+                    Golden::Roots(v) => v.iter().map(|e| e.round(f).to_f64()).collect(),
+                };
+                (name.to_string(), v)
+            })
+            .collect()
+    }
+
+    fn prepared(family: Family) -> Vec<FamilyPrepared> {
+        let s = family_suite(family, &[Precision::uniform(FloatFormat::F32)], 5);
+        let few: Vec<FamilySuiteCase> = s
+            .cases
+            .into_iter()
+            .filter(|c| c.case.shape.iter().product::<usize>() <= 128)
+            .take(8)
+            .collect();
+        prepare_family_all(&few).unwrap()
+    }
+
+    #[test]
+    fn correctly_rounded_outputs_pass_and_a_perturbed_one_fails() {
+        for family in [Family::LayerNorm, Family::RmsNorm, Family::GroupNorm] {
+            for p in prepared(family) {
+                let mut out = rounded(&p);
+                let r = p.judge(&out);
+                assert_eq!(r.verdict, Verdict::Pass, "{}", p.case.id);
+                assert!(r.worst_ratio <= 1.0, "{} {}", p.case.id, r.worst_ratio);
+                // one element 1% off fails
+                let first = out.keys().next().unwrap().clone();
+                let v = &mut out.get_mut(&first).unwrap()[0];
+                *v = if *v == 0.0 { 0.5 } else { *v * 1.01 };
+                let r = p.judge(&out);
+                assert_eq!(r.verdict, Verdict::Fail, "{} {first}", p.case.id);
+                assert!(r.outputs.iter().any(|o| o.n_over == 1));
+            }
+        }
+    }
+
+    #[test]
+    fn optional_outputs_may_be_left_out_required_ones_may_not() {
+        let p = prepared(Family::LayerNorm)
+            .into_iter()
+            .find(|p| !p.case.case.op.is_backward())
+            .unwrap();
+        let mut out = rounded(&p);
+        out.remove("mean");
+        out.remove("rstd");
+        let r = p.judge(&out);
+        assert_eq!(r.verdict, Verdict::Pass);
+        assert_eq!(r.outputs.len(), 1, "only y judged");
+        out.remove("y");
+        assert_eq!(
+            p.judge(&out).verdict,
+            Verdict::Malformed("output `y` missing".into())
+        );
+        let mut out = rounded(&p);
+        out.insert("dx".into(), vec![0.0]);
+        assert!(matches!(p.judge(&out).verdict, Verdict::Malformed(m) if m.contains("`dx`")));
+        let mut out = rounded(&p);
+        out.get_mut("y").unwrap().pop();
+        assert!(matches!(p.judge(&out).verdict, Verdict::Malformed(m) if m.contains("values")));
+        // a wrong optional output is judged
+        let mut out = rounded(&p);
+        out.get_mut("rstd").unwrap()[0] *= 2.0;
+        assert_eq!(p.judge(&out).verdict, Verdict::Fail);
+    }
+}
