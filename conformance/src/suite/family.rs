@@ -10,9 +10,7 @@
 
 use super::level::{Level, Precision};
 use super::rng::{to_dtype, Rng};
-use bnconf_impl::family::{
-    Affine, Family, FamilyCase, FamilyLayout, FamilyOp, Named, RmsConvention,
-};
+use bnconf_impl::family::{Affine, Family, FamilyCase, FamilyLayout, FamilyOp, RmsConvention};
 use bnconf_impl::Dtype;
 use bnconf_spec::exact::roots::SumOfRoots;
 use bnconf_spec::exact::round::{f64_to_rational, FloatFormat};
@@ -649,6 +647,7 @@ pub fn family_suite(family: Family, dtypes: &[Precision], seed: u64) -> FamilySu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bnconf_impl::family::Named;
 
     fn all_precisions() -> Vec<Precision> {
         Precision::ALL.to_vec()
