@@ -7,6 +7,7 @@
 
 use crate::judge::verdict::{allowed_rel, CaseResult, OutputResult, Verdict};
 use crate::par::*;
+use crate::precision::budget::ElementBudget;
 use crate::precision::family_budget::{
     element_ratio_roots, family_budgets, FamilyBudgets, FamilyProblem,
 };
@@ -15,8 +16,10 @@ use crate::suite::family::{
 };
 use bnconf_impl::family::{FamilyKernel, Named};
 use bnconf_impl::Unsupported;
-use bnconf_spec::exact::round::{round, FloatFormat};
+use bnconf_spec::exact::roots::SumOfRoots;
+use bnconf_spec::exact::round::{f64_to_rational, round, FloatFormat};
 use bnconf_spec::SpecError;
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
 /// A family case ready to judge: its exact outputs and their budgets.
@@ -25,6 +28,51 @@ pub struct FamilyPrepared {
     pub case: FamilySuiteCase,
     pub goldens: BTreeMap<&'static str, Golden>,
     pub budgets: FamilyBudgets,
+    /// The sums of roots (`dgamma`) correctly rounded to f64, once per case.
+    pub roots_f64: BTreeMap<&'static str, Vec<f64>>,
+}
+
+/// The ratio of a computed `dgamma` element against an exact sum of roots, the verdict
+/// (`ratio ≤ k`) exact. A sum of hundreds of roots is slow to subtract exactly (its terms
+/// merged anew), so the ratio is taken from `e64`, the exact value correctly rounded to f64:
+/// `|e64 − computed|` is within `ulp(e64)/2` (and the f64 subtraction's rounding) of the exact
+/// error. Where that margin could put the ratio on either side of `k`, the side is decided
+/// exactly by comparing the exact value with `computed ± k·u·budget` (rational comparisons,
+/// no merge), and the ratio returned is `k` or just above it accordingly; otherwise it is the
+/// f64 estimate. [`element_ratio_roots`] is the exact ratio (tested equal in verdict).
+pub fn roots_ratio_gated(
+    exact: &SumOfRoots,
+    e64: f64,
+    computed: f64,
+    b: &ElementBudget,
+    u: f64,
+    k: f64,
+) -> f64 {
+    if !computed.is_finite() {
+        return f64::INFINITY;
+    }
+    let budget = b.cond + b.mag_at(u);
+    if budget.is_nan() || budget <= 0.0 || !e64.is_finite() {
+        return element_ratio_roots(b, computed, exact, u);
+    }
+    let d = (e64 - computed).abs();
+    let slack = e64.abs() * f64::EPSILON + d * f64::EPSILON + f64::from_bits(1);
+    let t = k * u * budget;
+    let est = d / (u * budget);
+    if d + slack < t * (1.0 - 1e-9) || d - slack > t * (1.0 + 1e-9) {
+        return est;
+    }
+    // near the gate: decide exactly whether |exact − computed| > t
+    let (Some(c), Some(tr)) = (f64_to_rational(computed), f64_to_rational(t)) else {
+        return element_ratio_roots(b, computed, exact, u);
+    };
+    let over = exact.cmp_rational(&(&c + &tr)) == Ordering::Greater
+        || exact.cmp_rational(&(&c - &tr)) == Ordering::Less;
+    if over {
+        est.max(k * (1.0 + 1e-12))
+    } else {
+        est.min(k)
+    }
 }
 
 /// The goldens and budgets of a family case (the reference's error for an invalid one).
@@ -42,10 +90,24 @@ pub fn prepare_family(sc: &FamilySuiteCase) -> Result<FamilyPrepared, SpecError>
         beta: input("beta"),
         eps: c.eps,
     })?;
+    let goldens = family_goldens(c)?;
+    let roots_f64 = goldens
+        .iter()
+        .filter_map(|(&name, g)| match g {
+            Golden::Roots(v) => Some((
+                name,
+                v.iter()
+                    .map(|e| e.round(FloatFormat::F64).to_f64())
+                    .collect(),
+            )),
+            Golden::Q(_) => None,
+        })
+        .collect();
     Ok(FamilyPrepared {
         case: sc.clone(),
-        goldens: family_goldens(c)?,
+        goldens,
         budgets,
+        roots_f64,
     })
 }
 
@@ -143,9 +205,10 @@ impl FamilyPrepared {
                 .collect(),
             Golden::Roots(ex) => ex
                 .iter()
+                .zip(&self.roots_f64[name])
                 .zip(vals)
                 .zip(budgets)
-                .map(|((e, &v), b)| element_ratio_roots(b, v, e, u))
+                .map(|(((e, &e64), &v), b)| roots_ratio_gated(e, e64, v, b, u, k))
                 .collect(),
         };
         let key = |r: f64| if r.is_nan() { f64::INFINITY } else { r };
@@ -160,10 +223,7 @@ impl FamilyPrepared {
                 ex[worst].to_string(),
                 round(&ex[worst], FloatFormat::F64).to_f64(),
             ),
-            Golden::Roots(ex) => (
-                ex[worst].to_string(),
-                ex[worst].round(FloatFormat::F64).to_f64(),
-            ),
+            Golden::Roots(ex) => (ex[worst].to_string(), self.roots_f64[name][worst]),
         };
         OutputResult {
             name: name.to_string(),
@@ -246,6 +306,45 @@ mod tests {
                 assert!(r.outputs.iter().any(|o| o.n_over == 1));
             }
         }
+    }
+
+    #[test]
+    fn the_gated_roots_ratio_has_the_exact_verdict() {
+        use bnconf_spec::exact::roots::parse_sum_of_roots;
+        let v = parse_sum_of_roots("1/3*sqrt(2) - 2/7*sqrt(3) + 5/11*sqrt(5)").unwrap();
+        let e64 = v.round(FloatFormat::F64).to_f64();
+        let b = ElementBudget {
+            cond: 1.0,
+            mag: 1.0,
+            mag2: 0.0,
+        };
+        let u = 2f64.powi(-24);
+        let k = 4.0;
+        // computed values around the gate |error| = k·u·2 and far from it, both sides
+        let t = k * u * b.total(u);
+        let mut n = 0;
+        for s in [-1.0, 1.0] {
+            for f in [0.0, 0.3, 0.999_999, 1.0, 1.000_001, 2.0, 1e6] {
+                let c = e64 + s * f * t;
+                let exact = element_ratio_roots(&b, c, &v, u);
+                let gated = roots_ratio_gated(&v, e64, c, &b, u, k);
+                assert_eq!(
+                    exact > k,
+                    gated > k,
+                    "{s} {f}: exact {exact}, gated {gated}"
+                );
+                assert!(
+                    (exact - gated).abs() <= 1e-6 * exact.max(1.0),
+                    "{exact} {gated}"
+                );
+                n += 1;
+            }
+        }
+        assert_eq!(n, 14);
+        assert_eq!(
+            roots_ratio_gated(&v, e64, f64::NAN, &b, u, k),
+            f64::INFINITY
+        );
     }
 
     #[test]
