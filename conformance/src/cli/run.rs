@@ -10,8 +10,8 @@ use bnconf::{report, suite};
 use bnconf_impl::family::{Family, FamilyKernel, Named};
 use std::process::ExitCode;
 
-/// `--family`: `batch_norm` is [`run`] unchanged; a family (or `all`) runs
-/// [`run_families`].
+/// Parse `--family` and `--dtypes`, then judge and print the tables: `batch_norm` runs the
+/// suites of `--suite` ([`cmd_run`], unchanged); a family (or `all`) runs [`run_families`].
 pub(crate) fn run_family_or_bn(
     family: &str,
     suite_name: &str,
@@ -22,7 +22,8 @@ pub(crate) fn run_family_or_bn(
     shard: Option<bnconf::suite::shard::Shard>,
 ) -> Result<ExitCode, ConfError> {
     if family == "batch_norm" {
-        return run(suite_name, dtypes, seed, only, verbose, shard);
+        let precs = parse_dtypes(dtypes)?;
+        return cmd_run(suite_name, &precs, seed, only, verbose, shard);
     }
     let families: Vec<Family> = if family == "all" {
         Family::ALL.to_vec()
@@ -72,18 +73,6 @@ fn parse_dtypes(dtypes: &[String]) -> Result<Vec<suite::Precision>, ConfError> {
         .collect()
 }
 
-/// Parse `--dtypes`, then judge and print the tables.
-pub(crate) fn run(
-    suite_name: &str,
-    dtypes: &[String],
-    seed: u64,
-    only: &[String],
-    verbose: bool,
-    shard: Option<bnconf::suite::shard::Shard>,
-) -> Result<ExitCode, ConfError> {
-    let precs = parse_dtypes(dtypes)?;
-    cmd_run(suite_name, &precs, seed, only, verbose, shard)
-}
 
 /// One row of `bnconf run`'s table: a kernel and its results.
 struct RunRow {
@@ -183,19 +172,7 @@ fn cmd_run(
         }
         all_ok &= print_run_table(name, &s, dtypes, seed, &rows, verbose);
     }
-    println!(
-        "\n{}",
-        if all_ok {
-            "bnconf run: every good kernel conforms and every known-bad kernel held here is rejected"
-        } else {
-            "bnconf run: UNEXPECTED results (see above)"
-        }
-    );
-    Ok(if all_ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(finish(all_ok))
 }
 
 /// Print one suite's table (kernel × level × dtype); whether every outcome is as expected.
@@ -395,6 +372,11 @@ fn run_families(
             println!("\n{details}");
         }
     }
+    Ok(finish(all_ok))
+}
+
+/// The run's last line, and its exit code: 0 when every outcome was as expected, else 1.
+fn finish(all_ok: bool) -> ExitCode {
     println!(
         "\n{}",
         if all_ok {
@@ -403,9 +385,9 @@ fn run_families(
             "bnconf run: UNEXPECTED results (see above)"
         }
     );
-    Ok(if all_ok {
+    if all_ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
-    })
+    }
 }

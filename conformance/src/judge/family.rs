@@ -140,6 +140,22 @@ impl FamilyPrepared {
         }
     }
 
+    /// Every exact output correctly rounded to its dtype: what a correctly rounded "kernel"
+    /// returns (every output, optional ones included).
+    pub fn rounded_goldens(&self) -> BTreeMap<String, Vec<f64>> {
+        self.goldens
+            .iter()
+            .map(|(&name, g)| {
+                let f = format_of(self.case.case.dtype_of(name));
+                let v = match g {
+                    Golden::Q(v) => v.iter().map(|e| round(e, f).to_f64()).collect(),
+                    Golden::Roots(v) => v.iter().map(|e| e.round(f).to_f64()).collect(),
+                };
+                (name.to_string(), v)
+            })
+            .collect()
+    }
+
     /// A case the kernel did not run.
     pub fn unsupported(&self, why: &str) -> CaseResult {
         self.result(Verdict::Unsupported(why.to_string()), vec![])
@@ -263,19 +279,8 @@ mod tests {
     use crate::suite::Precision;
     use bnconf_impl::family::Family;
 
-    /// The exact goldens rounded to each output's dtype: a correctly rounded "kernel".
     fn rounded(p: &FamilyPrepared) -> BTreeMap<String, Vec<f64>> {
-        p.goldens
-            .iter()
-            .map(|(&name, g)| {
-                let f = format_of(p.case.case.dtype_of(name));
-                let v = match g {
-                    Golden::Q(v) => v.iter().map(|e| round(e, f).to_f64()).collect(),
-                    Golden::Roots(v) => v.iter().map(|e| e.round(f).to_f64()).collect(),
-                };
-                (name.to_string(), v)
-            })
-            .collect()
+        p.rounded_goldens()
     }
 
     fn prepared(family: Family) -> Vec<FamilyPrepared> {

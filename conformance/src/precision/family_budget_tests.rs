@@ -7,6 +7,7 @@
 
 use super::*;
 use crate::precision::budget::{round_up_f64, unit_roundoff};
+use crate::suite::Rng;
 use bnconf_spec::exact::round::round;
 use bnconf_spec::family::ops::{group_norm_kind, layer_norm_kind, rms_norm_kind};
 use bnconf_spec::family::{
@@ -22,24 +23,13 @@ fn cases(default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// SplitMix64.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> usize {
-        (self.next() % n) as usize
-    }
-    /// A value on the grid of 1/64 in `[c − s, c + s]`.
-    fn val(&mut self, c: f64, s: f64) -> f64 {
-        let t = (self.next() >> 11) as f64 * 2f64.powi(-53);
-        (((c - s) + 2.0 * s * t) * 64.0).round() / 64.0
-    }
+/// A value of the generator's stream on the grid of 1/64 in `[c − s, c + s]`.
+fn val(r: &mut Rng, c: f64, s: f64) -> f64 {
+    (r.range(c - s, c + s) * 64.0).round() / 64.0
+}
+
+fn below(r: &mut Rng, n: u64) -> usize {
+    r.below(n) as usize
 }
 
 /// A random small family problem: grouping, norm, inputs.
@@ -54,59 +44,61 @@ struct Case {
 }
 
 fn gen(seed: u64) -> Case {
-    let mut r = Rng(seed);
-    let fam = r.below(3);
-    let backward = r.below(2) == 1;
+    let mut r = Rng::new(seed);
+    let fam = below(&mut r, 3);
+    let backward = below(&mut r, 2) == 1;
     let (g, norm) = match fam {
         0 | 1 => {
-            let nd = 1 + r.below(2);
-            let mut shape = vec![1 + r.below(3)];
+            let nd = 1 + below(&mut r, 2);
+            let mut shape = vec![1 + below(&mut r, 3)];
             for _ in 0..nd {
-                shape.push(1 + r.below(4));
+                shape.push(1 + below(&mut r, 4));
             }
             let g = Grouping::last(&shape, nd).unwrap();
             let norm = if fam == 0 {
-                layer_norm_kind([Affine::None, Affine::Weight, Affine::WeightBias][r.below(3)])
+                layer_norm_kind(
+                    [Affine::None, Affine::Weight, Affine::WeightBias][below(&mut r, 3)],
+                )
             } else {
-                let conv = [RmsConvention::Standard, RmsConvention::Offset][r.below(2)];
-                rms_norm_kind([Affine::None, Affine::Weight][r.below(2)], conv).unwrap()
+                let conv = [RmsConvention::Standard, RmsConvention::Offset][below(&mut r, 2)];
+                rms_norm_kind([Affine::None, Affine::Weight][below(&mut r, 2)], conv).unwrap()
             };
             (g, norm)
         }
         _ => {
-            let c = [1, 2, 3, 4, 6][r.below(5)];
+            let c = [1, 2, 3, 4, 6][below(&mut r, 5)];
             let divisors: Vec<usize> = (1..=c).filter(|d| c % d == 0).collect();
-            let groups = divisors[r.below(divisors.len() as u64)];
-            let (layout, shape) = if r.below(2) == 0 {
+            let groups = divisors[below(&mut r, divisors.len() as u64)];
+            let (layout, shape) = if below(&mut r, 2) == 0 {
                 (
                     ChannelLayout::Nchw,
-                    vec![1 + r.below(2), c, 1 + r.below(2), 2],
+                    vec![1 + below(&mut r, 2), c, 1 + below(&mut r, 2), 2],
                 )
             } else {
-                (ChannelLayout::Nhwc, vec![1 + r.below(2), 2, 1, c])
+                (ChannelLayout::Nhwc, vec![1 + below(&mut r, 2), 2, 1, c])
             };
             let g = Grouping::group_norm(layout, &shape, groups).unwrap();
-            let aff = [Affine::None, Affine::Weight, Affine::WeightBias][r.below(3)];
+            let aff = [Affine::None, Affine::Weight, Affine::WeightBias][below(&mut r, 3)];
             (g, group_norm_kind(aff))
         }
     };
-    let centre = [0.0, 1.0, -3.0, 40.0][r.below(4)];
-    let spread = [2.0, 0.5, 8.0][r.below(3)];
-    let mut x: Vec<f64> = (0..g.len()).map(|_| r.val(centre, spread)).collect();
-    if r.below(8) == 0 {
+    let centre = [0.0, 1.0, -3.0, 40.0][below(&mut r, 4)];
+    let spread = [2.0, 0.5, 8.0][below(&mut r, 3)];
+    let mut x: Vec<f64> = (0..g.len()).map(|_| val(&mut r, centre, spread)).collect();
+    if below(&mut r, 8) == 0 {
         // a constant group: var = 0, only eps keeps q > 0
         let v = x[0];
         x.iter_mut().for_each(|e| *e = v);
     }
-    let eps = [1e-5, 0.25, 1.0][r.below(3)];
+    let eps = [1e-5, 0.25, 1.0][below(&mut r, 3)];
     let np = g.n_params();
     let gamma = norm
         .affine
         .has_weight()
-        .then(|| (0..np).map(|_| r.val(0.0, 2.0)).collect());
-    let beta =
-        (norm.affine.has_bias() && !backward).then(|| (0..np).map(|_| r.val(0.0, 2.0)).collect());
-    let dy = backward.then(|| (0..g.len()).map(|_| r.val(0.0, 1.0)).collect());
+        .then(|| (0..np).map(|_| val(&mut r, 0.0, 2.0)).collect());
+    let beta = (norm.affine.has_bias() && !backward)
+        .then(|| (0..np).map(|_| val(&mut r, 0.0, 2.0)).collect());
+    let dy = backward.then(|| (0..g.len()).map(|_| val(&mut r, 0.0, 1.0)).collect());
     Case {
         g,
         norm,

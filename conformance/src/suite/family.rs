@@ -128,7 +128,7 @@ fn classes(family: Family, p: Precision) -> Vec<Class> {
         backward_only: false,
     };
     use Level::*;
-    match family {
+    let (full, shared) = match family {
         Family::LayerNorm | Family::RmsNorm => {
             let rms = family == Family::RmsNorm;
             let full = if rms {
@@ -193,67 +193,16 @@ fn classes(family: Family, p: Precision) -> Vec<Class> {
                     )
                 });
             }
-            for &r in cancel_ratios(p.act) {
-                v.push(class(
-                    &format!("cancel-{r:e}"),
-                    Conditioning,
-                    sh,
-                    Data::Normal {
-                        centre: r,
-                        std: 1.0,
-                    },
-                    full,
-                ));
-            }
-            v.push(Class {
-                eps: const_eps,
-                ..class(
-                    "constant",
-                    Conditioning,
-                    Shape::Last(&[3, 8], 1),
-                    Data::Constant,
-                    full,
-                )
-            });
-            v.push(Class {
-                eps: 1e-2,
-                ..class(
-                    "var-near-eps",
-                    Conditioning,
-                    sh,
-                    Data::Normal {
-                        centre: 0.0,
-                        std: 0.1,
-                    },
-                    full,
-                )
-            });
-            v.push(Class {
-                eps: const_eps,
-                ..class("k1", Conditioning, Shape::Last(&[6, 1], 1), normal, full)
-            });
-            v.push(Class {
-                backward_only: true,
-                ..class(
-                    "many-rows",
-                    Conditioning,
-                    Shape::Last(&[1024, 4], 1),
-                    Data::Normal {
-                        centre: 0.5,
-                        std: 1.0,
-                    },
-                    full,
-                )
-            });
-            if p.act == FloatFormat::F16 {
-                v.push(class(
-                    "f16-large",
-                    Range,
-                    Shape::Last(&[3, 8], 1),
-                    Data::Large,
-                    full,
-                ));
-            }
+            (
+                full,
+                Shared {
+                    base: sh,
+                    constant: Shape::Last(&[3, 8], 1),
+                    k1: Shape::Last(&[6, 1], 1),
+                    many: Shape::Last(&[1024, 4], 1),
+                    large: Shape::Last(&[3, 8], 1),
+                },
+            )
         }
         Family::GroupNorm => {
             use FamilyLayout::*;
@@ -305,70 +254,77 @@ fn classes(family: Family, p: Precision) -> Vec<Class> {
                 normal,
                 Affine::None,
             ));
-            for &r in cancel_ratios(p.act) {
-                v.push(class(
-                    &format!("cancel-{r:e}"),
-                    Conditioning,
-                    sh,
-                    Data::Normal {
-                        centre: r,
-                        std: 1.0,
-                    },
-                    full,
-                ));
-            }
-            v.push(Class {
-                eps: const_eps,
-                ..class("constant", Conditioning, sh, Data::Constant, full)
-            });
-            v.push(Class {
-                eps: 1e-2,
-                ..class(
-                    "var-near-eps",
-                    Conditioning,
-                    sh,
-                    Data::Normal {
-                        centre: 0.0,
-                        std: 0.1,
-                    },
-                    full,
-                )
-            });
-            v.push(Class {
-                eps: const_eps,
-                ..class(
-                    "k1",
-                    Conditioning,
-                    Shape::Groups(Nchw, &[3, 4, 1, 1], 4),
-                    normal,
-                    full,
-                )
-            });
-            v.push(Class {
-                backward_only: true,
-                ..class(
-                    "many-rows",
-                    Conditioning,
-                    Shape::Groups(Nchw, &[128, 3, 2, 4], 3),
-                    Data::Normal {
-                        centre: 0.5,
-                        std: 1.0,
-                    },
-                    full,
-                )
-            });
-            if p.act == FloatFormat::F16 {
-                v.push(class(
-                    "f16-large",
-                    Range,
-                    Shape::Groups(Nhwc, &[2, 2, 2, 6], 3),
-                    Data::Large,
-                    full,
-                ));
-            }
+            (
+                full,
+                Shared {
+                    base: sh,
+                    constant: sh,
+                    k1: Shape::Groups(Nchw, &[3, 4, 1, 1], 4),
+                    many: Shape::Groups(Nchw, &[128, 3, 2, 4], 3),
+                    large: Shape::Groups(Nhwc, &[2, 2, 2, 6], 3),
+                },
+            )
         }
+    };
+    // the conditioning and range classes of every family, on its shapes
+    for &r in cancel_ratios(p.act) {
+        let data = Data::Normal {
+            centre: r,
+            std: 1.0,
+        };
+        v.push(class(
+            &format!("cancel-{r:e}"),
+            Conditioning,
+            shared.base,
+            data,
+            full,
+        ));
+    }
+    let constant = class(
+        "constant",
+        Conditioning,
+        shared.constant,
+        Data::Constant,
+        full,
+    );
+    v.push(Class {
+        eps: const_eps,
+        ..constant
+    });
+    let small = Data::Normal {
+        centre: 0.0,
+        std: 0.1,
+    };
+    let near = class("var-near-eps", Conditioning, shared.base, small, full);
+    v.push(Class { eps: 1e-2, ..near });
+    let k1 = class("k1", Conditioning, shared.k1, normal, full);
+    v.push(Class {
+        eps: const_eps,
+        ..k1
+    });
+    let shifted = Data::Normal {
+        centre: 0.5,
+        std: 1.0,
+    };
+    let many = class("many-rows", Conditioning, shared.many, shifted, full);
+    v.push(Class {
+        backward_only: true,
+        ..many
+    });
+    if p.act == FloatFormat::F16 {
+        v.push(class("f16-large", Range, shared.large, Data::Large, full));
     }
     v
+}
+
+/// The shapes of the classes every family has: the base (cancellation, var ≈ eps), constant
+/// rows/groups, `K = 1`, many rows per gamma, the f16 range class.
+struct Shared {
+    base: Shape,
+    constant: Shape,
+    k1: Shape,
+    many: Shape,
+    large: Shape,
 }
 
 /// The groups of a case (spec's grouping).
