@@ -73,7 +73,6 @@ fn parse_dtypes(dtypes: &[String]) -> Result<Vec<suite::Precision>, ConfError> {
         .collect()
 }
 
-
 /// One row of `bnconf run`'s table: a kernel and its results.
 struct RunRow {
     name: &'static str,
