@@ -169,3 +169,13 @@ fn a_known_bad_kernel_outside_its_defect_dtypes_is_not_held() {
         "{text}"
     );
 }
+
+#[test]
+fn the_family_tables_are_the_same_bytes_whatever_the_thread_count() {
+    let args = ["run", "--family", "group_norm", "--dtypes", "f32,bf16"];
+    let one = bnconf_env(&args, &[("RAYON_NUM_THREADS", "1")]);
+    let three = bnconf_env(&args, &[("RAYON_NUM_THREADS", "3")]);
+    assert_eq!(one.status.code(), Some(0));
+    assert!(!one.stdout.is_empty());
+    assert_eq!(one.stdout, three.stdout);
+}
