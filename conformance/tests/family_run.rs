@@ -141,6 +141,10 @@ fn bnconf_run_family_names_the_field_of_bad_input() {
             &["run", "--family", "rms_norm", "--dtypes", "f8"][..],
             "--dtypes",
         ),
+        (
+            &["run", "--family", "layer_norm", "--dtypes", "f32,f16+f32"][..],
+            "--dtypes",
+        ),
     ] {
         let o = bnconf(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}");

@@ -48,6 +48,18 @@ pub(crate) fn run_family_or_bn(
         ));
     }
     let precs = parse_dtypes(dtypes)?;
+    // Mixed precision is not judged for the family yet: a kernel keeping xhat in the half
+    // type errs in its f32 `dgamma` at the half type's u, and whether the f32 gate or the
+    // half type's applies there is an open question of the budget.
+    if let Some(p) = precs.iter().find(|p| p.is_mixed()) {
+        return Err(ConfError::field(
+            "--dtypes",
+            format!(
+                "{:?}: the family suites are in f32, f64, f16, bf16 (mixed precision is not judged for them yet)",
+                p.name()
+            ),
+        ));
+    }
     for n in only {
         if bnconf_impl::family::family_kernel_by_name(n).is_none() {
             return Err(ConfError::field(
