@@ -179,6 +179,10 @@ enum Cmd {
         /// Only shard K of N of the suite's cases (see `export --shard`).
         #[arg(long, value_name = "K/N")]
         shard: Option<suite::shard::Shard>,
+        /// The family: `batch_norm` (the suites above), `layer_norm`, `rms_norm`,
+        /// `group_norm` (their family suites, one table each), or `all` (every family).
+        #[arg(long, default_value = "batch_norm")]
+        family: String,
     },
     /// Write the committed golden vector set (default suite, exact + f64 + f32) into DIR.
     Vectors {
@@ -377,7 +381,8 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
             kernels: only,
             verbose,
             shard,
-        } => run::run(&suite, &dtypes, seed, &only, verbose, shard),
+            family,
+        } => run::run_family_or_bn(&family, &suite, &dtypes, seed, &only, verbose, shard),
         Cmd::Shrink(a) => shrink::run(&a),
         Cmd::Onnx { dirs } => onnx::onnx(dirs),
         Cmd::Vectors { out, seed, dtypes } => vectors::write(out, seed, dtypes),

@@ -9,6 +9,7 @@
 
 pub mod check;
 pub mod diagnosis;
+pub mod family;
 pub mod gate;
 pub mod prepare;
 pub mod ranks;

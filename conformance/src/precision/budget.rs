@@ -498,28 +498,28 @@ const U64: f64 = f64::EPSILON / 2.0;
 /// Absolute slack for underflow in one operation.
 const TINY: f64 = 4.0 * f64::MIN_POSITIVE * f64::EPSILON;
 /// Final safety factor for the rounding of sums and products of non-negative terms.
-const SAFE: f64 = 1.0 + 1.0 / (1u64 << 30) as f64;
+pub(crate) const SAFE: f64 = 1.0 + 1.0 / (1u64 << 30) as f64;
 
 /// A real number known to lie in `[v - e, v + e]`.
 #[derive(Clone, Copy, Debug)]
-struct Iv {
-    v: f64,
-    e: f64,
+pub(crate) struct Iv {
+    pub(crate) v: f64,
+    pub(crate) e: f64,
 }
 
 impl Iv {
-    const ZERO: Iv = Iv { v: 0.0, e: 0.0 };
-    fn add(self, o: Iv) -> Iv {
+    pub(crate) const ZERO: Iv = Iv { v: 0.0, e: 0.0 };
+    pub(crate) fn add(self, o: Iv) -> Iv {
         let v = self.v + o.v;
         Iv {
             v,
             e: self.e + o.e + U64 * v.abs() + TINY,
         }
     }
-    fn sub(self, o: Iv) -> Iv {
+    pub(crate) fn sub(self, o: Iv) -> Iv {
         self.add(Iv { v: -o.v, e: o.e })
     }
-    fn mul(self, o: Iv) -> Iv {
+    pub(crate) fn mul(self, o: Iv) -> Iv {
         let v = self.v * o.v;
         Iv {
             v,
@@ -530,7 +530,7 @@ impl Iv {
         // s is exact (a small integer or a power of two times one)
         self.mul(Iv { v: s, e: 0.0 })
     }
-    fn div(self, n: f64) -> Iv {
+    pub(crate) fn div(self, n: f64) -> Iv {
         let v = self.v / n;
         Iv {
             v,
@@ -538,7 +538,7 @@ impl Iv {
         }
     }
     /// Upper bound of the absolute value.
-    fn up(self) -> f64 {
+    pub(crate) fn up(self) -> f64 {
         self.v.abs() + self.e
     }
 }
@@ -560,7 +560,7 @@ fn iv_of(x: &QSqrt) -> Iv {
     }
 }
 
-fn sum_iv(v: &[Iv]) -> Iv {
+pub(crate) fn sum_iv(v: &[Iv]) -> Iv {
     if v.len() <= 8 {
         v.iter().fold(Iv::ZERO, |a, &b| a.add(b))
     } else {
@@ -569,7 +569,7 @@ fn sum_iv(v: &[Iv]) -> Iv {
     }
 }
 
-fn sum_f(v: impl Iterator<Item = f64>) -> f64 {
+pub(crate) fn sum_f(v: impl Iterator<Item = f64>) -> f64 {
     // Non-negative terms: the relative rounding error (≤ m*u) is covered by SAFE for any
     // realistic m; pairwise would be tighter but is not needed.
     let mut s = 0.0;
@@ -580,7 +580,7 @@ fn sum_f(v: impl Iterator<Item = f64>) -> f64 {
 }
 
 /// `r = q^(-1/2)` as an enclosure, from an enclosure of `q > 0` tight to 2^-20.
-fn rsqrt_iv(q: Iv) -> Option<Iv> {
+pub(crate) fn rsqrt_iv(q: Iv) -> Option<Iv> {
     let lo = q.v - q.e;
     if lo.is_nan() || lo <= 0.0 || q.e > q.v * (1.0 / (1u64 << 20) as f64) || !q.v.is_finite() {
         return None;
@@ -597,7 +597,7 @@ fn exact_rational(x: &QSqrt) -> Rational {
     x.as_rational().expect("statistic is rational").clone()
 }
 
-fn c1_error(channel: usize, what: &'static str, q: &Rational) -> SpecError {
+pub(crate) fn c1_error(channel: usize, what: &'static str, q: &Rational) -> SpecError {
     SpecError::NonPositiveVariance {
         channel,
         what,
@@ -605,7 +605,7 @@ fn c1_error(channel: usize, what: &'static str, q: &Rational) -> SpecError {
     }
 }
 
-fn eb(cond: f64, mag: f64) -> ElementBudget {
+pub(crate) fn eb(cond: f64, mag: f64) -> ElementBudget {
     ElementBudget {
         cond: cond * SAFE,
         mag: mag * SAFE,
@@ -621,7 +621,7 @@ enum CellSource<'a> {
 }
 
 /// [`iv_of`] of an f64 (the same enclosure, without building the exact number).
-fn iv_of_f64(f: f64) -> Iv {
+pub(crate) fn iv_of_f64(f: f64) -> Iv {
     if !f.is_finite() {
         return Iv {
             v: 0.0,
@@ -867,7 +867,7 @@ fn bound_channel_from(
 /// A sequential f32 sum over a constant channel of 96 cells errs by `20.7·u·X1` (mean ratio
 /// 10.4 of `k = 17.2`); its two-pass variance `δ²` then has ratio `20.7²/17.2 = 25`
 /// (test `replicated::sequential_sum_on_a_constant_channel_conforms`).
-fn mean_sq(m: usize, x1: f64) -> f64 {
+pub(crate) fn mean_sq(m: usize, x1: f64) -> f64 {
     4.0 * k_allowance(m) * x1 * x1 * SAFE
 }
 

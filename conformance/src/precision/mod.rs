@@ -4,3 +4,4 @@
 //! checker (`judge`).
 
 pub mod budget;
+pub mod family_budget;

@@ -17,6 +17,7 @@
 pub mod case;
 pub mod classes;
 pub mod discriminating;
+pub mod family;
 pub mod generate;
 pub mod ill_posed;
 pub mod level;

@@ -1,0 +1,383 @@
+//! Judging a family kernel's outputs (FORMAT.md "the normalization family"): every element's
+//! ratio `|computed − exact| / (u·(cond + mag + u·mag2))` against its budget
+//! (`precision::family_budget`), each output gated at its own `k` (`k(K)` per row/group,
+//! `k(max(K, n))` for `dgamma`/`dbeta` summed over `n` cells); the optional statistics
+//! (`mean`, `rstd`) judged only when returned, a missing required output malformed. Results
+//! are the checker's [`CaseResult`]/[`OutputResult`].
+
+use crate::judge::verdict::{allowed_rel, CaseResult, OutputResult, Verdict};
+use crate::par::*;
+use crate::precision::budget::ElementBudget;
+use crate::precision::family_budget::{
+    element_ratio_roots, family_budgets, FamilyBudgets, FamilyProblem,
+};
+use crate::suite::family::{
+    family_goldens, format_of, spec_grouping, spec_norm, FamilySuiteCase, Golden,
+};
+use bnconf_impl::family::{FamilyKernel, Named};
+use bnconf_impl::Unsupported;
+use bnconf_spec::exact::roots::SumOfRoots;
+use bnconf_spec::exact::round::{f64_to_rational, round, FloatFormat};
+use bnconf_spec::SpecError;
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
+/// A family case ready to judge: its exact outputs and their budgets.
+#[derive(Clone, Debug)]
+pub struct FamilyPrepared {
+    pub case: FamilySuiteCase,
+    pub goldens: BTreeMap<&'static str, Golden>,
+    pub budgets: FamilyBudgets,
+    /// The sums of roots (`dgamma`) correctly rounded to f64, once per case.
+    pub roots_f64: BTreeMap<&'static str, Vec<f64>>,
+}
+
+/// The ratio of a computed `dgamma` element against an exact sum of roots, the verdict
+/// (`ratio ≤ k`) exact. A sum of hundreds of roots is slow to subtract exactly (its terms
+/// merged anew), so the ratio is taken from `e64`, the exact value correctly rounded to f64:
+/// `|e64 − computed|` is within `ulp(e64)/2` (and the f64 subtraction's rounding) of the exact
+/// error. Where that margin could put the ratio on either side of `k`, the side is decided
+/// exactly by comparing the exact value with `computed ± k·u·budget` (rational comparisons,
+/// no merge), and the ratio returned is `k` or just above it accordingly; otherwise it is the
+/// f64 estimate. [`element_ratio_roots`] is the exact ratio (tested equal in verdict).
+pub fn roots_ratio_gated(
+    exact: &SumOfRoots,
+    e64: f64,
+    computed: f64,
+    b: &ElementBudget,
+    u: f64,
+    k: f64,
+) -> f64 {
+    if !computed.is_finite() {
+        return f64::INFINITY;
+    }
+    let budget = b.cond + b.mag_at(u);
+    if budget.is_nan() || budget <= 0.0 || !e64.is_finite() {
+        return element_ratio_roots(b, computed, exact, u);
+    }
+    let d = (e64 - computed).abs();
+    let slack = e64.abs() * f64::EPSILON + d * f64::EPSILON + f64::from_bits(1);
+    let t = k * u * budget;
+    let est = d / (u * budget);
+    if d + slack < t * (1.0 - 1e-9) || d - slack > t * (1.0 + 1e-9) {
+        return est;
+    }
+    // near the gate: decide exactly whether |exact − computed| > t
+    let (Some(c), Some(tr)) = (f64_to_rational(computed), f64_to_rational(t)) else {
+        return element_ratio_roots(b, computed, exact, u);
+    };
+    let over = exact.cmp_rational(&(&c + &tr)) == Ordering::Greater
+        || exact.cmp_rational(&(&c - &tr)) == Ordering::Less;
+    if over {
+        est.max(k * (1.0 + 1e-12))
+    } else {
+        est.min(k)
+    }
+}
+
+/// The goldens and budgets of a family case (the reference's error for an invalid one).
+pub fn prepare_family(sc: &FamilySuiteCase) -> Result<FamilyPrepared, SpecError> {
+    let c = &sc.case;
+    let grouping = spec_grouping(c)?;
+    let norm = spec_norm(c)?;
+    let input = |n: &str| c.inputs.get(n).map(|v| v.as_slice());
+    let budgets = family_budgets(&FamilyProblem {
+        grouping: &grouping,
+        norm: &norm,
+        x: c.input("x"),
+        dy: input("dy"),
+        gamma: input("gamma"),
+        beta: input("beta"),
+        eps: c.eps,
+    })?;
+    let goldens = family_goldens(c)?;
+    let roots_f64 = goldens
+        .iter()
+        .filter_map(|(&name, g)| match g {
+            Golden::Roots(v) => Some((
+                name,
+                v.iter()
+                    .map(|e| e.round(FloatFormat::F64).to_f64())
+                    .collect(),
+            )),
+            Golden::Q(_) => None,
+        })
+        .collect();
+    Ok(FamilyPrepared {
+        case: sc.clone(),
+        goldens,
+        budgets,
+        roots_f64,
+    })
+}
+
+/// [`prepare_family`] of every case, in order (cases in parallel).
+pub fn prepare_family_all(cases: &[FamilySuiteCase]) -> Result<Vec<FamilyPrepared>, SpecError> {
+    cases.par_iter().map(prepare_family).collect()
+}
+
+impl FamilyPrepared {
+    /// The gate of the per-cell outputs (`y` or `dx`): the case's `k`.
+    fn k(&self) -> f64 {
+        let b = &self.budgets.gate;
+        b.get("y").or_else(|| b.get("dx")).copied().unwrap_or(0.0)
+    }
+
+    fn result(&self, verdict: Verdict, outputs: Vec<OutputResult>) -> CaseResult {
+        let c = &self.case;
+        CaseResult {
+            id: c.id.clone(),
+            op: c.case.op.name(),
+            layout: c.case.layout.name(),
+            dtype: c.precision,
+            level: c.level,
+            class: c.class.clone(),
+            verdict,
+            worst_ratio: outputs.iter().map(|o| o.worst_ratio).fold(0.0, f64::max),
+            k: self.k(),
+            outputs,
+            computed: None,
+        }
+    }
+
+    /// Every exact output correctly rounded to its dtype: what a correctly rounded "kernel"
+    /// returns (every output, optional ones included).
+    pub fn rounded_goldens(&self) -> BTreeMap<String, Vec<f64>> {
+        self.goldens
+            .iter()
+            .map(|(&name, g)| {
+                let f = format_of(self.case.case.dtype_of(name));
+                let v = match g {
+                    Golden::Q(v) => v.iter().map(|e| round(e, f).to_f64()).collect(),
+                    Golden::Roots(v) => v.iter().map(|e| e.round(f).to_f64()).collect(),
+                };
+                (name.to_string(), v)
+            })
+            .collect()
+    }
+
+    /// A case the kernel did not run.
+    pub fn unsupported(&self, why: &str) -> CaseResult {
+        self.result(Verdict::Unsupported(why.to_string()), vec![])
+    }
+
+    /// Judge a kernel's outputs: every output it returned that the case has (the optional
+    /// statistics only when returned), each element against its budget at its output's gate.
+    /// A missing required output, an output the case does not have, or a wrong length is
+    /// [`Verdict::Malformed`] naming the output.
+    pub fn judge(&self, computed: &BTreeMap<String, Vec<f64>>) -> CaseResult {
+        let c = &self.case.case;
+        let optional = c.op.optional_outputs();
+        for name in computed.keys() {
+            if !self.goldens.contains_key(name.as_str()) {
+                return self.result(
+                    Verdict::Malformed(format!(
+                        "output `{name}` is not an output of `{}` with affine `{}`",
+                        c.op, c.affine
+                    )),
+                    vec![],
+                );
+            }
+        }
+        let mut outs = Vec::new();
+        for (&name, golden) in &self.goldens {
+            let Some(vals) = computed.get(name) else {
+                if optional.contains(&name) {
+                    continue;
+                }
+                return self.result(
+                    Verdict::Malformed(format!("output `{name}` missing")),
+                    vec![],
+                );
+            };
+            if vals.len() != golden.len() {
+                let why = format!(
+                    "output `{name}` has {} values, expected {}",
+                    vals.len(),
+                    golden.len()
+                );
+                return self.result(Verdict::Malformed(why), vec![]);
+            }
+            outs.push(self.judge_output(name, golden, vals));
+        }
+        let verdict = if outs.iter().all(|o| o.n_over == 0) {
+            Verdict::Pass
+        } else {
+            Verdict::Fail
+        };
+        self.result(verdict, outs)
+    }
+
+    fn judge_output(&self, name: &'static str, golden: &Golden, vals: &[f64]) -> OutputResult {
+        let u = format_of(self.case.case.dtype_of(name)).unit_roundoff();
+        let k = self.budgets.gate[name];
+        let budgets = &self.budgets.outputs[name];
+        let ratios: Vec<f64> = match golden {
+            Golden::Q(ex) => ex
+                .iter()
+                .zip(vals)
+                .zip(budgets)
+                .map(|((e, &v), b)| b.ratio(v, e, u))
+                .collect(),
+            Golden::Roots(ex) => ex
+                .iter()
+                .zip(&self.roots_f64[name])
+                .zip(vals)
+                .zip(budgets)
+                .map(|(((e, &e64), &v), b)| roots_ratio_gated(e, e64, v, b, u, k))
+                .collect(),
+        };
+        let key = |r: f64| if r.is_nan() { f64::INFINITY } else { r };
+        let mut worst = 0usize;
+        for (i, &r) in ratios.iter().enumerate() {
+            if key(r) > key(ratios[worst]) {
+                worst = i;
+            }
+        }
+        let (expected, expected_f64) = match golden {
+            Golden::Q(ex) => (
+                ex[worst].to_string(),
+                round(&ex[worst], FloatFormat::F64).to_f64(),
+            ),
+            Golden::Roots(ex) => (ex[worst].to_string(), self.roots_f64[name][worst]),
+        };
+        OutputResult {
+            name: name.to_string(),
+            worst_ratio: key(ratios[worst]),
+            index: worst,
+            expected,
+            expected_f64,
+            actual: vals[worst],
+            budget: budgets[worst],
+            n_over: ratios.iter().filter(|&&r| key(r) > k).count(),
+            len: vals.len(),
+            rank: None,
+            allowed_rel: allowed_rel(vals, budgets, k, u),
+        }
+    }
+}
+
+/// Run a family kernel on prepared cases, in process, and judge each (cases in parallel,
+/// results in order).
+pub fn run_family_kernel(
+    kernel: &dyn FamilyKernel,
+    prepared: &[FamilyPrepared],
+) -> Vec<CaseResult> {
+    prepared
+        .par_iter()
+        .map(|p| match kernel.run(&p.case.case) {
+            Ok(out) => p.judge(&out),
+            Err(Unsupported(why)) => p.unsupported(&why),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::suite::family::family_suite;
+    use crate::suite::Precision;
+    use bnconf_impl::family::Family;
+
+    fn rounded(p: &FamilyPrepared) -> BTreeMap<String, Vec<f64>> {
+        p.rounded_goldens()
+    }
+
+    fn prepared(family: Family) -> Vec<FamilyPrepared> {
+        let s = family_suite(family, &[Precision::uniform(FloatFormat::F32)], 5);
+        let few: Vec<FamilySuiteCase> = s
+            .cases
+            .into_iter()
+            .filter(|c| c.case.shape.iter().product::<usize>() <= 128)
+            .take(8)
+            .collect();
+        prepare_family_all(&few).unwrap()
+    }
+
+    #[test]
+    fn correctly_rounded_outputs_pass_and_a_perturbed_one_fails() {
+        for family in [Family::LayerNorm, Family::RmsNorm, Family::GroupNorm] {
+            for p in prepared(family) {
+                let mut out = rounded(&p);
+                let r = p.judge(&out);
+                assert_eq!(r.verdict, Verdict::Pass, "{}", p.case.id);
+                assert!(r.worst_ratio <= 1.0, "{} {}", p.case.id, r.worst_ratio);
+                // one element 1% off fails
+                let first = out.keys().next().unwrap().clone();
+                let v = &mut out.get_mut(&first).unwrap()[0];
+                *v = if *v == 0.0 { 0.5 } else { *v * 1.01 };
+                let r = p.judge(&out);
+                assert_eq!(r.verdict, Verdict::Fail, "{} {first}", p.case.id);
+                assert!(r.outputs.iter().any(|o| o.n_over == 1));
+            }
+        }
+    }
+
+    #[test]
+    fn the_gated_roots_ratio_has_the_exact_verdict() {
+        use bnconf_spec::exact::roots::parse_sum_of_roots;
+        let v = parse_sum_of_roots("1/3*sqrt(2) - 2/7*sqrt(3) + 5/11*sqrt(5)").unwrap();
+        let e64 = v.round(FloatFormat::F64).to_f64();
+        let b = ElementBudget {
+            cond: 1.0,
+            mag: 1.0,
+            mag2: 0.0,
+        };
+        let u = 2f64.powi(-24);
+        let k = 4.0;
+        // computed values around the gate |error| = k·u·2 and far from it, both sides
+        let t = k * u * b.total(u);
+        let mut n = 0;
+        for s in [-1.0, 1.0] {
+            for f in [0.0, 0.3, 0.999_999, 1.0, 1.000_001, 2.0, 1e6] {
+                let c = e64 + s * f * t;
+                let exact = element_ratio_roots(&b, c, &v, u);
+                let gated = roots_ratio_gated(&v, e64, c, &b, u, k);
+                assert_eq!(
+                    exact > k,
+                    gated > k,
+                    "{s} {f}: exact {exact}, gated {gated}"
+                );
+                assert!(
+                    (exact - gated).abs() <= 1e-6 * exact.max(1.0),
+                    "{exact} {gated}"
+                );
+                n += 1;
+            }
+        }
+        assert_eq!(n, 14);
+        assert_eq!(
+            roots_ratio_gated(&v, e64, f64::NAN, &b, u, k),
+            f64::INFINITY
+        );
+    }
+
+    #[test]
+    fn optional_outputs_may_be_left_out_required_ones_may_not() {
+        let p = prepared(Family::LayerNorm)
+            .into_iter()
+            .find(|p| !p.case.case.op.is_backward())
+            .unwrap();
+        let mut out = rounded(&p);
+        out.remove("mean");
+        out.remove("rstd");
+        let r = p.judge(&out);
+        assert_eq!(r.verdict, Verdict::Pass);
+        assert_eq!(r.outputs.len(), 1, "only y judged");
+        out.remove("y");
+        assert_eq!(
+            p.judge(&out).verdict,
+            Verdict::Malformed("output `y` missing".into())
+        );
+        let mut out = rounded(&p);
+        out.insert("dx".into(), vec![0.0]);
+        assert!(matches!(p.judge(&out).verdict, Verdict::Malformed(m) if m.contains("`dx`")));
+        let mut out = rounded(&p);
+        out.get_mut("y").unwrap().pop();
+        assert!(matches!(p.judge(&out).verdict, Verdict::Malformed(m) if m.contains("values")));
+        // a wrong optional output is judged
+        let mut out = rounded(&p);
+        out.get_mut("rstd").unwrap()[0] *= 2.0;
+        assert_eq!(p.judge(&out).verdict, Verdict::Fail);
+    }
+}

@@ -1,0 +1,384 @@
+//! Error budgets of the normalization family (layer_norm, rms_norm, group_norm and their
+//! backwards; docs/DESIGN.md §9): the model of [`budget`](super::budget) — per output element
+//! `|computed − exact| ≤ k·u·(cond + mag + u·mag2)` — with a row (layer_norm, rms_norm) or a
+//! group (group_norm) in the place of BatchNorm's channel: `m = K` cells, statistics per
+//! group, but one weight `w_i` and bias `b_i` per *cell* (its parameter's), so `gamma` and
+//! `beta` are perturbed per cell.
+//!
+//! Per group (`r = q^(−1/2)`; centred ops: `d = x − mean`, `q = mean(d²) + eps`; rms_norm:
+//! `d = x`, `q = mean(x²) + eps`; `h = d·r`, `X1 = mean|x|`, `hx = mean|h·x|`, `w` = `gamma`,
+//! `1 + gamma` (offset) or 1, `e = dy·w`, `A = mean(e)` (0 for rms_norm), `B = mean(e·h)`,
+//! `z = e − A − h·B`, `dk` = [`mean_sq`]`(m, X1)`, `[c]` = only for centred ops):
+//!
+//! | output | `cond` (upper bound) | `mag`, `mag2` |
+//! |---|---|---|
+//! | `y` | `|w_i|·r·(|x_i| + [c]X1 + |h_i|·hx) + |gamma_i·h_i| + |b_i|` | `[c]|w_i|·r·X1` + offset: `|w_i·h_i|` + rms: `|w_i·h_i|·r²·mean(x²)/2`; `mag2 = [c]dk·|w_i·h_i|·r²/2` |
+//! | `mean` | `X1` (exact) | `X1` |
+//! | `rstd` | `r³·mean|d·x|` (exact) | `r + r³·mean(d²)/2`; `mag2 = [c]dk·r³/2` |
+//! | `dx` centred | `r·(|e_i| + mean|e| + |h_i|·mean|h·e|) + r·(|γdy_i| + mean|γdy| + |h_i|·mean|h·γdy|) + r²·(|z_i|·hx + |h_i|·mean|z·x| + |B|·(|x_i| + X1 + |h_i|·hx))` | `r·(|e_i| + mean|e| + |h_i|·mean|h·e| + X1·r·(mean|h·e| + |h_i|·mean|e|))`; `mag2 = dk·r³·((|e_i| + |A| + 3|h_i·B|)/2 + |A|)` |
+//! | `dx` rms | `r·(|e_i| + |h_i|·mean|h·e|) + r·(|γdy_i| + |h_i|·mean|h·γdy|) + r²·(|e_i|·hx + |h_i|·mean|e·x| + |B|·(|x_i| + 3|h_i|·hx))` | `r·(|e_i| + |h_i|·mean|h·e|) + r³·mean(x²)/2·(|e_i| + 3|h_i|·mean|h·e|)` |
+//! | `dgamma_p` | `Σ_groups [Σ_{j∈p}|h_j·dy_j| + r·(Σ_{j∈p}|dy_j·x_j| + [c]X1·|S_p| + hx·|T_p|)]` | `Σ_groups [Σ_{j∈p}|dy·h| + [c]X1·r·Σ_{j∈p}|dy| + rms: r²·mean(x²)/2·Σ_{j∈p}|dy·h|]`; `mag2 = Σ_groups [c]dk·r²/2·Σ_{j∈p}|dy·h|` |
+//! | `dbeta_p` | `Σ_{j∈p}|dy_j|` (exact) | the same |
+//!
+//! (`S_p = Σ_{j∈p} dy_j`, `T_p = Σ_{j∈p} dy_j·h_j` over the group's cells using parameter `p`.)
+//!
+//! Reasons. The Jacobians are BatchNorm's with `g·dy` replaced by the per-cell `e` (`y`,
+//! `dx`: the x-part of `dx` is S6's with `g = 1`), and one more input per cell for `gamma`
+//! whose entry `∂dx_i/∂gamma_p = r·Σ_{j∈p} dy_j·(δ_ij − (1 + h_i·h_j)/m)` is bounded by the
+//! triangle inequality cell by cell (`|γdy_j| = |gamma_j·dy_j|`). rms_norm has no centring:
+//! `∂h_i/∂x_j = r·(δ_ij − h_i·h_j/m)`, so the mean terms drop and
+//! `∂dx_i/∂x_k = −(r²/m)·(h_k·e_i + h_i·e_k + B·(m·δ_ik − 3·h_i·h_k))`. `rstd`:
+//! `∂r/∂x_j = −r³·d_j/m`, one sign per entry, so its bound is exact. The `dgamma` partial of
+//! one group for parameter `p` has `∂/∂x_k = r·(dy_k·[p(k) = p] − (S_p + h_k·T_p)/m)`
+//! (rms_norm: no `S_p`), bounded term by term; the groups are independent, so `cond` and
+//! `mag` of `dgamma` are sums of per-group terms.
+//!
+//! `mag` is BatchNorm's (the computed mean's `δ ≤ δ̄ = 2k·u·X1` moves `d` by `δ` to first
+//! order, the variance by `δ²`: `mag2`, propagated through `q` by `|∂o/∂q|`), plus what is
+//! new: `rstd`'s own roundings (`r`, and the variance's summation `r³·mean(d²)/2`); rms_norm's
+//! `q = mean(x²) + eps`, whose summation error `≈ u·mean(x²)` enters through `|∂o/∂q|`
+//! (there is no mean and no `δ`); the offset convention's `1 + gamma`, rounded, a relative
+//! error of `w` not covered by `gamma`'s entry.
+//!
+//! The gate ([`FamilyBudgets::gate`]): `k(m)` for the per-cell and per-group outputs (`y`,
+//! `mean`, `rstd`, `dx`), and for `dgamma`, `dbeta`, which sum over every row/sample,
+//! `k(max(m, n))` with `n` the number of cells summed into one element. Every `cond + mag`
+//! bounds `|exact|`, so a correctly rounded output has ratio ≤ 1 ([`ratio_roots`] for the
+//! sums of roots of `dgamma`).
+
+use super::budget::{
+    c1_error, eb, iv_of_f64, k_allowance, mean_sq, rsqrt_iv, sum_f, sum_iv, ElementBudget, Iv, SAFE,
+};
+use bnconf_spec::exact::roots::SumOfRoots;
+use bnconf_spec::exact::round::{f64_to_rational, FloatFormat};
+use bnconf_spec::exact::{QSqrt, Rational};
+use bnconf_spec::family::{Centering, Grouping, Norm, RmsConvention};
+use bnconf_spec::SpecError;
+use num_traits::ToPrimitive;
+use std::collections::BTreeMap;
+
+/// One family problem as the budget reads it: binary floats as f64 (`dy` for a backward).
+#[derive(Clone, Copy, Debug)]
+pub struct FamilyProblem<'a> {
+    /// The op's grouping (spec's: which cells form a group, which parameter a cell uses).
+    pub grouping: &'a Grouping,
+    /// The op's kind (centring, affine mode, convention).
+    pub norm: &'a Norm,
+    pub x: &'a [f64],
+    /// Backward ops: the cotangent; `None` for a forward.
+    pub dy: Option<&'a [f64]>,
+    pub gamma: Option<&'a [f64]>,
+    pub beta: Option<&'a [f64]>,
+    /// `eps ≥ 0` (exact: the f64's value).
+    pub eps: f64,
+}
+
+/// Budgets of every output element of a family problem, and the gate of each output.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FamilyBudgets {
+    /// Per output (`y`, `mean`, `rstd` / `dx`, `dgamma`, `dbeta`), one budget per element in
+    /// the output's order (cells; groups; parameters).
+    pub outputs: BTreeMap<&'static str, Vec<ElementBudget>>,
+    /// The allowance `k` the ratio of each output's elements is gated at.
+    pub gate: BTreeMap<&'static str, f64>,
+}
+
+/// The number of cells summed into each parameter's `dgamma`/`dbeta`.
+fn cells_per_param(g: &Grouping) -> Vec<usize> {
+    let mut n = vec![0usize; g.n_params()];
+    for &p in g.params() {
+        n[p] += 1;
+    }
+    n
+}
+
+/// The exact `q` of one group (for an enclosure too loose for [`rsqrt_iv`]).
+fn exact_q(xs: &[f64], centred: bool, eps: &Rational) -> Rational {
+    let x: Vec<Rational> = xs
+        .iter()
+        .map(|&v| f64_to_rational(v).expect("finite input"))
+        .collect();
+    let m = Rational::from_integer((x.len() as i64).into());
+    let zero = Rational::from_integer(0.into());
+    let mean = if centred {
+        x.iter().fold(zero.clone(), |s, v| s + v) / &m
+    } else {
+        zero.clone()
+    };
+    let ss = x.iter().fold(zero, |s, v| {
+        let d = v - &mean;
+        s + &d * &d
+    });
+    ss / m + eps
+}
+
+/// Per group: the statistics every output's terms are made of.
+struct GroupTerms {
+    m: f64,
+    ax: Vec<f64>,
+    x1: f64,
+    /// `[c]`: 1 for centred ops, 0 for rms_norm.
+    c: f64,
+    ru: f64,
+    h: Vec<Iv>,
+    ah: Vec<f64>,
+    hx: f64,
+    /// `mean(d²)` (upper bound).
+    dd: f64,
+    /// `mean|d·x|` (upper bound).
+    dx: f64,
+    dk: f64,
+}
+
+fn group_terms(
+    gi: usize,
+    xs: &[f64],
+    norm: &Norm,
+    eps: f64,
+    eps_q: &Rational,
+) -> Result<GroupTerms, SpecError> {
+    let centred = norm.centering == Centering::Mean;
+    let x: Vec<Iv> = xs.iter().map(|&v| iv_of_f64(v)).collect();
+    let m = x.len() as f64;
+    let ax: Vec<f64> = x.iter().map(|e| e.up()).collect();
+    let x1 = sum_f(ax.iter().copied()) / m;
+    let mu = if centred { sum_iv(&x).div(m) } else { Iv::ZERO };
+    let d: Vec<Iv> = x.iter().map(|e| e.sub(mu)).collect();
+    let var = sum_iv(&d.iter().map(|e| e.mul(*e)).collect::<Vec<_>>()).div(m);
+    let r = match rsqrt_iv(var.add(iv_of_f64(eps))) {
+        Some(r) => r,
+        None => {
+            let q = exact_q(xs, centred, eps_q);
+            if q <= Rational::from_integer(0.into()) {
+                let what = if centred {
+                    "var + eps"
+                } else {
+                    "mean(x²) + eps"
+                };
+                return Err(c1_error(gi, what, &q));
+            }
+            let qf = q.to_f64().unwrap_or(f64::INFINITY);
+            let qiv = Iv {
+                v: qf,
+                e: 2.0 * f64::EPSILON * qf.abs(),
+            };
+            rsqrt_iv(qiv).unwrap_or(Iv {
+                v: 0.0,
+                e: f64::INFINITY,
+            })
+        }
+    };
+    let h: Vec<Iv> = d.iter().map(|e| e.mul(r)).collect();
+    let ah: Vec<f64> = h.iter().map(|e| e.up()).collect();
+    let ad: Vec<f64> = d.iter().map(|e| e.up()).collect();
+    Ok(GroupTerms {
+        m,
+        hx: sum_f(ah.iter().zip(&ax).map(|(a, b)| a * b)) / m,
+        dd: sum_f(ad.iter().map(|a| a * a)) / m,
+        dx: sum_f(ad.iter().zip(&ax).map(|(a, b)| a * b)) / m,
+        dk: if centred { mean_sq(xs.len(), x1) } else { 0.0 },
+        c: if centred { 1.0 } else { 0.0 },
+        ru: r.up(),
+        ax,
+        x1,
+        h,
+        ah,
+    })
+}
+
+/// The weight `w` of parameter `p` as an enclosure, and `|gamma_p|` (0 without a weight).
+fn weight(norm: &Norm, gamma: Option<&[f64]>, p: usize) -> (Iv, f64) {
+    match (gamma, norm.convention) {
+        (Some(gm), RmsConvention::Standard) => (iv_of_f64(gm[p]), gm[p].abs()),
+        (Some(gm), RmsConvention::Offset) => {
+            (Iv { v: 1.0, e: 0.0 }.add(iv_of_f64(gm[p])), gm[p].abs())
+        }
+        (None, _) => (Iv { v: 1.0, e: 0.0 }, 0.0),
+    }
+}
+
+/// Budgets of every output element of `prob` (module docs' table) and each output's gate.
+/// Errors: (C1) `q ≤ 0` in a group, as the reference reports it.
+pub fn family_budgets(prob: &FamilyProblem<'_>) -> Result<FamilyBudgets, SpecError> {
+    let g = prob.grouping;
+    let norm = prob.norm;
+    let n = g.len();
+    let eps_q = f64_to_rational(prob.eps).expect("finite eps");
+    let centred = norm.centering == Centering::Mean;
+    let offset = norm.affine.has_weight() && norm.convention == RmsConvention::Offset;
+    let per_param = cells_per_param(g);
+    let m_group = g.groups().first().map_or(1, |c| c.len());
+    let k_cells = k_allowance(m_group);
+    let k_params = k_allowance(m_group.max(per_param.iter().copied().max().unwrap_or(1)));
+    let mut out = FamilyBudgets::default();
+    match prob.dy {
+        None => {
+            let mut y = vec![ElementBudget::default(); n];
+            let (mut mean, mut rstd) = (Vec::new(), Vec::new());
+            for (gi, cells) in g.groups().iter().enumerate() {
+                let xs: Vec<f64> = cells.iter().map(|&i| prob.x[i]).collect();
+                let t = group_terms(gi, &xs, norm, prob.eps, &eps_q)?;
+                let (ru, r2) = (t.ru, t.ru * t.ru);
+                // rms_norm: the summation of mean(x²) through ∂r/∂q.
+                let qsum = (1.0 - t.c) * r2 * t.dd / 2.0;
+                for (a, &i) in cells.iter().enumerate() {
+                    let p = g.params()[i];
+                    let (w, ga) = weight(norm, prob.gamma, p);
+                    let wu = w.up();
+                    let b = prob.beta.map_or(0.0, |bt| bt[p].abs());
+                    let wh = wu * t.ah[a];
+                    let cond = wu * ru * (t.ax[a] + t.c * t.x1 + t.ah[a] * t.hx) + ga * t.ah[a] + b;
+                    let off = if offset { wh } else { 0.0 };
+                    let mut e = eb(cond, t.c * wu * ru * t.x1 + off + wh * qsum);
+                    e.mag2 = t.dk * wh * r2 / 2.0;
+                    y[i] = e;
+                }
+                mean.push(eb(t.x1, t.x1));
+                let mut rs = eb(ru * r2 * t.dx, ru + ru * r2 * t.dd / 2.0);
+                rs.mag2 = t.dk * ru * r2 / 2.0;
+                rstd.push(rs);
+            }
+            out.outputs.insert("y", y);
+            out.gate.insert("y", k_cells);
+            if centred {
+                out.outputs.insert("mean", mean);
+                out.gate.insert("mean", k_cells);
+            }
+            out.outputs.insert("rstd", rstd);
+            out.gate.insert("rstd", k_cells);
+        }
+        Some(dy) => {
+            let np = g.n_params();
+            let mut dx = vec![ElementBudget::default(); n];
+            let mut dgamma = vec![ElementBudget::default(); np];
+            let mut dbeta = vec![ElementBudget::default(); np];
+            for (gi, cells) in g.groups().iter().enumerate() {
+                let xs: Vec<f64> = cells.iter().map(|&i| prob.x[i]).collect();
+                let t = group_terms(gi, &xs, norm, prob.eps, &eps_q)?;
+                let (ru, r2) = (t.ru, t.ru * t.ru);
+                let m = t.m;
+                let dyv: Vec<Iv> = cells.iter().map(|&i| iv_of_f64(dy[i])).collect();
+                let ady: Vec<f64> = dyv.iter().map(|v| v.up()).collect();
+                let ws: Vec<(Iv, f64)> = cells
+                    .iter()
+                    .map(|&i| weight(norm, prob.gamma, g.params()[i]))
+                    .collect();
+                let e: Vec<Iv> = dyv.iter().zip(&ws).map(|(d, (w, _))| d.mul(*w)).collect();
+                let ae: Vec<f64> = e.iter().map(|v| v.up()).collect();
+                let ge: Vec<f64> = ady.iter().zip(&ws).map(|(d, (_, ga))| d * ga).collect();
+                let a = if centred { sum_iv(&e).div(m) } else { Iv::ZERO };
+                let eh: Vec<Iv> = e.iter().zip(&t.h).map(|(p, q)| p.mul(*q)).collect();
+                let bb = sum_iv(&eh).div(m);
+                let z: Vec<Iv> = (0..cells.len())
+                    .map(|j| e[j].sub(a).sub(t.h[j].mul(bb)))
+                    .collect();
+                let az: Vec<f64> = z.iter().map(|v| v.up()).collect();
+                let (au, bu) = (a.up(), bb.up());
+                let e1 = sum_f(ae.iter().copied()) / m;
+                let he = sum_f(t.ah.iter().zip(&ae).map(|(p, q)| p * q)) / m;
+                let g1 = sum_f(ge.iter().copied()) / m;
+                let hg = sum_f(t.ah.iter().zip(&ge).map(|(p, q)| p * q)) / m;
+                let zx = sum_f(az.iter().zip(&t.ax).map(|(p, q)| p * q)) / m;
+                let ex = sum_f(ae.iter().zip(&t.ax).map(|(p, q)| p * q)) / m;
+                let c = t.c;
+                for (j, &i) in cells.iter().enumerate() {
+                    let h = t.ah[j];
+                    let cond_dy = ru * (ae[j] + c * e1 + h * he);
+                    let cond_g = ru * (ge[j] + c * g1 + h * hg);
+                    let cond_x = if centred {
+                        r2 * (az[j] * t.hx + h * zx + bu * (t.ax[j] + t.x1 + h * t.hx))
+                    } else {
+                        r2 * (ae[j] * t.hx + h * ex + bu * (t.ax[j] + 3.0 * h * t.hx))
+                    };
+                    let (mag, mag2) = if centred {
+                        (
+                            ru * (ae[j] + e1 + h * he + t.x1 * ru * (he + h * e1)),
+                            t.dk * r2 * ru * ((ae[j] + au + 3.0 * h * bu) / 2.0 + au),
+                        )
+                    } else {
+                        (
+                            ru * (ae[j] + h * he) + ru * r2 * t.dd / 2.0 * (ae[j] + 3.0 * h * he),
+                            0.0,
+                        )
+                    };
+                    let mut b = eb(cond_dy + cond_g + cond_x, mag);
+                    b.mag2 = mag2;
+                    dx[i] = b;
+                }
+                // dgamma, dbeta: this group's partial sums per parameter.
+                let mut part: BTreeMap<usize, (Iv, Iv, f64, f64, f64)> = BTreeMap::new();
+                for (j, &i) in cells.iter().enumerate() {
+                    let s =
+                        part.entry(g.params()[i])
+                            .or_insert((Iv::ZERO, Iv::ZERO, 0.0, 0.0, 0.0));
+                    s.0 = s.0.add(dyv[j]);
+                    s.1 = s.1.add(dyv[j].mul(t.h[j]));
+                    s.2 += ady[j] * t.ah[j];
+                    s.3 += ady[j] * t.ax[j];
+                    s.4 += ady[j];
+                }
+                for (p, (sp, tp, hdy, dyx, sdy)) in part {
+                    let cond = hdy + ru * (dyx + c * t.x1 * sp.up() + t.hx * tp.up());
+                    let mag = hdy + c * t.x1 * ru * sdy + (1.0 - c) * r2 * t.dd / 2.0 * hdy;
+                    let dg = &mut dgamma[p];
+                    dg.cond += cond * SAFE;
+                    dg.mag += mag * SAFE;
+                    dg.mag2 += t.dk * r2 / 2.0 * hdy * SAFE;
+                    dbeta[p].cond += sdy * SAFE;
+                    dbeta[p].mag += sdy * SAFE;
+                }
+            }
+            out.outputs.insert("dx", dx);
+            out.gate.insert("dx", k_cells);
+            if norm.affine.has_weight() {
+                out.outputs.insert("dgamma", dgamma);
+                out.gate.insert("dgamma", k_params);
+            }
+            if norm.affine.has_bias() {
+                out.outputs.insert("dbeta", dbeta);
+                out.gate.insert("dbeta", k_params);
+            }
+        }
+    }
+    for v in out.outputs.values_mut() {
+        for b in v.iter_mut() {
+            for f in [&mut b.cond, &mut b.mag, &mut b.mag2] {
+                if f.is_nan() {
+                    *f = f64::INFINITY;
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// [`budget::ratio`](super::budget::ratio) against an exact [`SumOfRoots`] (`dgamma`): the
+/// difference `exact − computed` is exact (a sum of roots shifted by a dyadic rational), its
+/// absolute value rounded to f64 by the exact sign and rounding of
+/// [`roots`](bnconf_spec::exact::roots); the same conventions for NaN/inf and zero budgets.
+pub fn ratio_roots(computed: f64, exact: &SumOfRoots, u: f64, cond: f64, mag: f64) -> f64 {
+    let Some(c) = f64_to_rational(computed) else {
+        return f64::INFINITY;
+    };
+    let diff = exact.clone() + &QSqrt::rational(-c);
+    if diff.is_zero() {
+        return 0.0;
+    }
+    let budget = cond + mag;
+    if budget.is_nan() || budget <= 0.0 {
+        return f64::INFINITY;
+    }
+    let abs = if diff.signum() < 0 { -diff } else { diff };
+    let err = abs.round(FloatFormat::F64).to_f64();
+    err / budget / u
+}
+
+/// [`ratio_roots`] of a computed value against an element's budget (as
+/// [`ElementBudget::ratio`]).
+pub fn element_ratio_roots(b: &ElementBudget, computed: f64, exact: &SumOfRoots, u: f64) -> f64 {
+    ratio_roots(computed, exact, u, b.cond, b.mag_at(u))
+}
+
+#[cfg(test)]
+#[path = "family_budget_tests.rs"]
+mod tests;

@@ -1,0 +1,734 @@
+//! The normalization family's suite (FORMAT.md "Planned for bnconf 0.4: the normalization
+//! family"): per family and precision, deterministic cases of the classes that matter most —
+//! well-scaled rows and groups (core), the cancellation sweep, constant rows, var ≈ eps,
+//! `K = 1`, many rows per gamma (conditioning), f16 cells whose squares overflow (range) —
+//! over `normalized_ndim` 1–3, `G = 1`, `G = C`, `C/G = 3`, `nhwc`, every affine mode and
+//! both rms_norm conventions. Each case is impl's [`FamilyCase`] (the kernels' input), its
+//! exact outputs come from `bnconf_spec::family::ops` ([`family_goldens`]), and a case that
+//! is ill-posed in its dtype is left out ([`family_ill_posed`], per group as
+//! `suite::ill_posed` decides it per channel).
+
+use super::level::{Level, Precision};
+use super::rng::{to_dtype, Rng};
+use bnconf_impl::family::{Affine, Family, FamilyCase, FamilyLayout, FamilyOp, RmsConvention};
+use bnconf_impl::Dtype;
+use bnconf_spec::exact::roots::SumOfRoots;
+use bnconf_spec::exact::round::{f64_to_rational, FloatFormat};
+use bnconf_spec::exact::{QSqrt, Rational};
+use bnconf_spec::family as spec;
+use bnconf_spec::SpecError;
+use num_traits::Signed;
+use std::collections::BTreeMap;
+
+/// One case of a family suite.
+#[derive(Clone, Debug)]
+pub struct FamilySuiteCase {
+    /// `<op>.<layout>.<dtype>.<class>` (FORMAT.md's case ids).
+    pub id: String,
+    pub level: Level,
+    pub class: String,
+    /// The storage precision's name (`f32`, `f16+f32`, ...).
+    pub precision: &'static str,
+    /// The kernel's input.
+    pub case: FamilyCase,
+}
+
+/// A family suite: its cases and the ones left out (id, reason).
+#[derive(Clone, Debug, Default)]
+pub struct FamilySuite {
+    pub cases: Vec<FamilySuiteCase>,
+    pub excluded: Vec<(String, String)>,
+}
+
+/// The levels of a family suite, in table order.
+pub const FAMILY_LEVELS: [Level; 3] = [Level::Core, Level::Conditioning, Level::Range];
+
+/// impl's dtype of a float format.
+pub fn dtype_of(f: FloatFormat) -> Dtype {
+    match f {
+        FloatFormat::F64 => Dtype::F64,
+        FloatFormat::F32 => Dtype::F32,
+        FloatFormat::F16 => Dtype::F16,
+        FloatFormat::BF16 => Dtype::BF16,
+    }
+}
+
+/// The float format of impl's dtype.
+pub fn format_of(d: Dtype) -> FloatFormat {
+    match d {
+        Dtype::F64 => FloatFormat::F64,
+        Dtype::F32 => FloatFormat::F32,
+        Dtype::F16 => FloatFormat::F16,
+        Dtype::BF16 => FloatFormat::BF16,
+    }
+}
+
+/// The shape of a class's cases.
+#[derive(Clone, Copy, Debug)]
+enum Shape {
+    /// Layout `last`: the shape and `normalized_ndim`.
+    Last(&'static [usize], usize),
+    /// group_norm: layout, shape, groups.
+    Groups(FamilyLayout, &'static [usize], usize),
+}
+
+/// How a class draws its cells.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Data {
+    /// Per row/group: mean `centre·s`, spread `s` (normal).
+    Normal { centre: f64, std: f64 },
+    /// Every row/group constant.
+    Constant,
+    /// `|x|` in [256, 600), random signs (f16 squares overflow).
+    Large,
+}
+
+/// One class of a family suite.
+#[derive(Clone, Debug)]
+struct Class {
+    name: String,
+    level: Level,
+    shape: Shape,
+    data: Data,
+    affine: Affine,
+    convention: RmsConvention,
+    eps: f64,
+    /// Only these ops (`None`: both of the family).
+    backward_only: bool,
+}
+
+/// The cancellation ratios (row mean / row std) of a precision: f32 1e2, 1e4; scaled per
+/// dtype as the BatchNorm classes are (f64 1e3, 1e6; f16 1e1; bf16 2e0).
+fn cancel_ratios(f: FloatFormat) -> &'static [f64] {
+    match f {
+        FloatFormat::F64 => &[1e3, 1e6],
+        FloatFormat::F32 => &[1e2, 1e4],
+        FloatFormat::F16 => &[1e1],
+        FloatFormat::BF16 => &[2e0],
+    }
+}
+
+fn classes(family: Family, p: Precision) -> Vec<Class> {
+    let half = matches!(p.act, FloatFormat::F16 | FloatFormat::BF16);
+    // constant rows: eps 0.1 in the half types (else a half type cannot hold q apart)
+    let const_eps = if half { 0.1 } else { 1e-5 };
+    let mut v = Vec::new();
+    let normal = Data::Normal {
+        centre: 0.0,
+        std: 1.0,
+    };
+    let class = |name: &str, level, shape, data, affine| Class {
+        name: name.to_string(),
+        level,
+        shape,
+        data,
+        affine,
+        convention: RmsConvention::Standard,
+        eps: 1e-5,
+        backward_only: false,
+    };
+    use Level::*;
+    let (full, shared) = match family {
+        Family::LayerNorm | Family::RmsNorm => {
+            let rms = family == Family::RmsNorm;
+            let full = if rms {
+                Affine::Weight
+            } else {
+                Affine::WeightBias
+            };
+            let sh = Shape::Last(&[4, 16], 1);
+            v.push(class("gaussian", Core, sh, normal, full));
+            v.push(class(
+                "offset",
+                Core,
+                sh,
+                Data::Normal {
+                    centre: 3.0,
+                    std: 1.0,
+                },
+                full,
+            ));
+            v.push(class("nd2", Core, Shape::Last(&[2, 3, 5], 2), normal, full));
+            v.push(class(
+                "nd3",
+                Core,
+                Shape::Last(&[2, 2, 3, 3], 3),
+                normal,
+                full,
+            ));
+            v.push(class(
+                "affine-none",
+                Core,
+                Shape::Last(&[3, 8], 1),
+                normal,
+                Affine::None,
+            ));
+            if !rms {
+                v.push(class(
+                    "affine-weight",
+                    Core,
+                    Shape::Last(&[3, 8], 1),
+                    normal,
+                    Affine::Weight,
+                ));
+            } else {
+                v.push(Class {
+                    convention: RmsConvention::Offset,
+                    ..class(
+                        "convention-offset",
+                        Core,
+                        Shape::Last(&[3, 8], 1),
+                        normal,
+                        full,
+                    )
+                });
+                v.push(Class {
+                    convention: RmsConvention::Offset,
+                    ..class(
+                        "convention-offset-nd2",
+                        Core,
+                        Shape::Last(&[2, 2, 4], 2),
+                        normal,
+                        full,
+                    )
+                });
+            }
+            (
+                full,
+                Shared {
+                    base: sh,
+                    constant: Shape::Last(&[3, 8], 1),
+                    k1: Shape::Last(&[6, 1], 1),
+                    many: Shape::Last(&[1024, 4], 1),
+                    large: Shape::Last(&[3, 8], 1),
+                },
+            )
+        }
+        Family::GroupNorm => {
+            use FamilyLayout::*;
+            let full = Affine::WeightBias;
+            let sh = Shape::Groups(Nchw, &[2, 6, 2, 2], 2);
+            v.push(class("gaussian-c3", Core, sh, normal, full));
+            v.push(class(
+                "g1",
+                Core,
+                Shape::Groups(Nchw, &[2, 4, 2, 2], 1),
+                normal,
+                full,
+            ));
+            v.push(class(
+                "instance",
+                Core,
+                Shape::Groups(Nchw, &[2, 4, 2, 3], 4),
+                normal,
+                full,
+            ));
+            v.push(class(
+                "c9-g3",
+                Core,
+                Shape::Groups(Ncl, &[2, 9, 3], 3),
+                Data::Normal {
+                    centre: 3.0,
+                    std: 1.0,
+                },
+                Affine::Weight,
+            ));
+            v.push(class(
+                "nhwc-c3",
+                Core,
+                Shape::Groups(Nhwc, &[2, 2, 2, 6], 2),
+                normal,
+                full,
+            ));
+            v.push(class(
+                "ndhwc",
+                Core,
+                Shape::Groups(Ndhwc, &[1, 2, 1, 2, 6], 3),
+                normal,
+                full,
+            ));
+            v.push(class(
+                "affine-none",
+                Core,
+                Shape::Groups(Nc, &[3, 6], 2),
+                normal,
+                Affine::None,
+            ));
+            (
+                full,
+                Shared {
+                    base: sh,
+                    constant: sh,
+                    k1: Shape::Groups(Nchw, &[3, 4, 1, 1], 4),
+                    many: Shape::Groups(Nchw, &[128, 3, 2, 4], 3),
+                    large: Shape::Groups(Nhwc, &[2, 2, 2, 6], 3),
+                },
+            )
+        }
+    };
+    // the conditioning and range classes of every family, on its shapes
+    for &r in cancel_ratios(p.act) {
+        let data = Data::Normal {
+            centre: r,
+            std: 1.0,
+        };
+        v.push(class(
+            &format!("cancel-{r:e}"),
+            Conditioning,
+            shared.base,
+            data,
+            full,
+        ));
+    }
+    let constant = class(
+        "constant",
+        Conditioning,
+        shared.constant,
+        Data::Constant,
+        full,
+    );
+    v.push(Class {
+        eps: const_eps,
+        ..constant
+    });
+    let small = Data::Normal {
+        centre: 0.0,
+        std: 0.1,
+    };
+    let near = class("var-near-eps", Conditioning, shared.base, small, full);
+    v.push(Class { eps: 1e-2, ..near });
+    let k1 = class("k1", Conditioning, shared.k1, normal, full);
+    v.push(Class {
+        eps: const_eps,
+        ..k1
+    });
+    let shifted = Data::Normal {
+        centre: 0.5,
+        std: 1.0,
+    };
+    let many = class("many-rows", Conditioning, shared.many, shifted, full);
+    v.push(Class {
+        backward_only: true,
+        ..many
+    });
+    if p.act == FloatFormat::F16 {
+        v.push(class("f16-large", Range, shared.large, Data::Large, full));
+    }
+    v
+}
+
+/// The shapes of the classes every family has: the base (cancellation, var ≈ eps), constant
+/// rows/groups, `K = 1`, many rows per gamma, the f16 range class.
+struct Shared {
+    base: Shape,
+    constant: Shape,
+    k1: Shape,
+    many: Shape,
+    large: Shape,
+}
+
+/// The groups of a case (spec's grouping).
+pub fn spec_grouping(case: &FamilyCase) -> Result<spec::Grouping, SpecError> {
+    match case.normalized_ndim {
+        Some(nd) => spec::Grouping::last(&case.shape, nd),
+        None => {
+            let layout = spec::ChannelLayout::from_name(&case.layout.to_string()).ok_or(
+                SpecError::BadParam {
+                    field: "layout",
+                    reason: "not a channel layout",
+                    value: case.layout.to_string(),
+                },
+            )?;
+            spec::Grouping::group_norm(layout, &case.shape, case.groups.unwrap_or(1))
+        }
+    }
+}
+
+/// The spec's [`spec::Norm`] of a case.
+pub fn spec_norm(case: &FamilyCase) -> Result<spec::Norm, SpecError> {
+    let affine = spec::Affine::from_name(&case.affine.to_string()).expect("same names");
+    let conv = spec::RmsConvention::from_name(&case.convention.to_string()).expect("same names");
+    Ok(match case.op.family() {
+        Family::LayerNorm => spec::ops::layer_norm_kind(affine),
+        Family::RmsNorm => spec::ops::rms_norm_kind(affine, conv)?,
+        Family::GroupNorm => spec::ops::group_norm_kind(affine),
+    })
+}
+
+/// An exact output: values in their rows' fields, or (`dgamma`) sums of roots.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Golden {
+    Q(Vec<QSqrt>),
+    Roots(Vec<SumOfRoots>),
+}
+
+impl Golden {
+    pub fn len(&self) -> usize {
+        match self {
+            Golden::Q(v) => v.len(),
+            Golden::Roots(v) => v.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn exact(v: f64) -> QSqrt {
+    QSqrt::rational(f64_to_rational(v).expect("finite input"))
+}
+
+/// Every output of the case (optional ones included), exact, from spec's F1–F6.
+pub fn family_goldens(case: &FamilyCase) -> Result<BTreeMap<&'static str, Golden>, SpecError> {
+    let read = |n: &str| {
+        case.inputs
+            .get(n)
+            .map(|v| v.iter().map(|&e| exact(e)).collect::<Vec<_>>())
+    };
+    let x = read("x").unwrap_or_default();
+    let (gamma, beta) = (read("gamma"), read("beta"));
+    let eps = exact(case.eps);
+    let inp = spec::Inputs {
+        x: &x,
+        gamma: gamma.as_deref(),
+        beta: beta.as_deref(),
+        eps: &eps,
+    };
+    let affine = spec::Affine::from_name(&case.affine.to_string()).expect("same names");
+    let conv = spec::RmsConvention::from_name(&case.convention.to_string()).expect("same names");
+    let shape = &case.shape;
+    let nd = case.normalized_ndim.unwrap_or(0);
+    let groups = case.groups.unwrap_or(0);
+    let layout = || {
+        spec::ChannelLayout::from_name(&case.layout.to_string()).ok_or(SpecError::BadParam {
+            field: "layout",
+            reason: "not a channel layout",
+            value: case.layout.to_string(),
+        })
+    };
+    let mut out = BTreeMap::new();
+    if case.op.is_backward() {
+        let dy = read("dy").unwrap_or_default();
+        let b = match case.op {
+            FamilyOp::LayerNormBackward => spec::layer_norm_backward(shape, nd, affine, inp, &dy),
+            FamilyOp::RmsNormBackward => spec::rms_norm_backward(shape, nd, affine, conv, inp, &dy),
+            _ => spec::group_norm_backward(layout()?, shape, groups, affine, inp, &dy),
+        }?;
+        out.insert("dx", Golden::Q(b.dx));
+        if let Some(d) = b.dgamma {
+            out.insert("dgamma", Golden::Roots(d));
+        }
+        if let Some(d) = b.dbeta {
+            out.insert("dbeta", Golden::Q(d));
+        }
+    } else {
+        let f = match case.op {
+            FamilyOp::LayerNorm => spec::layer_norm(shape, nd, affine, inp),
+            FamilyOp::RmsNorm => spec::rms_norm(shape, nd, affine, conv, inp),
+            _ => spec::group_norm(layout()?, shape, groups, affine, inp),
+        }?;
+        out.insert("y", Golden::Q(f.y));
+        if let Some(m) = f.mean {
+            out.insert("mean", Golden::Q(m));
+        }
+        out.insert("rstd", Golden::Q(f.rstd));
+    }
+    Ok(out)
+}
+
+/// Whether a family case is ill-posed in its dtype: per group, as
+/// [`ill_posed`](super::ill_posed::ill_posed) decides it per channel — with
+/// `cond_q = Σ_j |∂q/∂x_j|·|x_j|`, ill-posed when `u·cond_q ≥ q/2`, when a relative move of
+/// `u` of one cell moves `q` by `q/2` or more (exactly: `2u·|x_j·d_j|/K + u²·x_j²·(K−1)/K²`
+/// centred, `(2u + u²)·x_j²/K` for rms_norm), or when `q ≤ 0`. Returns the reason.
+pub fn family_ill_posed(case: &FamilyCase) -> Option<String> {
+    let g = match spec_grouping(case) {
+        Ok(g) => g,
+        Err(e) => return Some(format!("invalid: {e}")),
+    };
+    let centred = case.op.centered();
+    let p = format_of(case.dtype).precision();
+    let u = Rational::new(1.into(), num_bigint::BigInt::from(1u8) << p);
+    let two = Rational::from_integer(2.into());
+    let one = Rational::from_integer(1.into());
+    let zero = Rational::from_integer(0.into());
+    let eps = f64_to_rational(case.eps)?;
+    let xs = case.inputs.get("x")?;
+    for (gi, cells) in g.groups().iter().enumerate() {
+        let x: Vec<Rational> = cells
+            .iter()
+            .map(|&i| f64_to_rational(xs[i]))
+            .collect::<Option<_>>()?;
+        let m = Rational::from_integer((x.len() as i64).into());
+        let mean = if centred {
+            x.iter().fold(zero.clone(), |s, v| s + v) / &m
+        } else {
+            zero.clone()
+        };
+        let (mut ss, mut cond, mut worst) = (zero.clone(), zero.clone(), zero.clone());
+        for v in &x {
+            let d = v - &mean;
+            ss += &d * &d;
+            let t = if centred { (&d * v).abs() } else { v * v };
+            cond += &two * &t / &m;
+            let mv = if centred {
+                &two * &u * &t / &m + &u * &u * v * v * (&m - &one) / (&m * &m)
+            } else {
+                (&two * &u + &u * &u) * &t / &m
+            };
+            if mv > worst {
+                worst = mv;
+            }
+        }
+        let q = ss / &m + &eps;
+        if q <= zero {
+            return Some(format!("group {gi}: q = var + eps ≤ 0"));
+        }
+        let half = &q / &two;
+        if &u * &cond >= half {
+            return Some(format!("group {gi}: u·cond_q ≥ q/2"));
+        }
+        if worst >= half {
+            return Some(format!(
+                "group {gi}: one input's relative move of u moves q by ≥ q/2"
+            ));
+        }
+    }
+    None
+}
+
+/// Draws a class's case for `op` in precision `p` from `rng`.
+fn draw(op: FamilyOp, c: &Class, p: Precision, rng: &mut Rng) -> FamilyCase {
+    let (act, par) = (p.act, p.param);
+    let (layout, shape, nd, groups) = match c.shape {
+        Shape::Last(s, nd) => (FamilyLayout::Last, s.to_vec(), Some(nd), None),
+        Shape::Groups(l, s, g) => (l, s.to_vec(), None, Some(g)),
+    };
+    let n: usize = shape.iter().product();
+    let probe = FamilyCase {
+        op,
+        layout,
+        shape: shape.clone(),
+        dtype: dtype_of(act),
+        param_dtype: dtype_of(par),
+        eps: c.eps,
+        normalized_ndim: nd,
+        groups,
+        affine: c.affine,
+        convention: c.convention,
+        inputs: BTreeMap::new(),
+    };
+    let g = spec_grouping(&probe).expect("the class table's shapes are valid");
+    let np = g.n_params();
+    let mut x = vec![0.0; n];
+    for cells in g.groups() {
+        match c.data {
+            Data::Normal { centre, std } => {
+                let s = std * rng.range(0.5, 1.5);
+                let mu = centre * s;
+                for &i in cells {
+                    x[i] = to_dtype(mu + s * rng.normal(), act);
+                }
+            }
+            Data::Constant => {
+                let v = to_dtype(rng.range(-3.0, 3.0), act);
+                for &i in cells {
+                    x[i] = v;
+                }
+            }
+            Data::Large => {
+                for &i in cells {
+                    let sign = if rng.below(2) == 0 { 1.0 } else { -1.0 };
+                    x[i] = to_dtype(sign * rng.range(256.0, 600.0), act);
+                }
+            }
+        }
+    }
+    let mut inputs = BTreeMap::new();
+    for name in op.inputs(c.affine) {
+        let v: Vec<f64> = match name {
+            "x" => x.clone(),
+            "dy" => (0..n).map(|_| to_dtype(rng.normal(), act)).collect(),
+            "gamma" if c.convention == RmsConvention::Offset => (0..np)
+                .map(|_| to_dtype(rng.range(-0.5, 0.5), par))
+                .collect(),
+            "gamma" => (0..np)
+                .map(|_| to_dtype(rng.range(0.5, 1.5), par))
+                .collect(),
+            "beta" => (0..np)
+                .map(|_| to_dtype(rng.range(-1.0, 1.0), par))
+                .collect(),
+            other => unreachable!("no family input {other}"),
+        };
+        inputs.insert(name.to_string(), v);
+    }
+    FamilyCase { inputs, ..probe }
+}
+
+/// The family suite of `family` in precisions `dtypes` from `seed`: deterministic (the same
+/// cases, byte for byte, for the same arguments), ill-posed cases left out.
+pub fn family_suite(family: Family, dtypes: &[Precision], seed: u64) -> FamilySuite {
+    let mut s = FamilySuite::default();
+    let root = Rng::new(seed).fork(&format!("family/{family}"));
+    for &p in dtypes {
+        for c in classes(family, p) {
+            for &op in family.ops() {
+                if c.backward_only && !op.is_backward() {
+                    continue;
+                }
+                let layout = match c.shape {
+                    Shape::Last(..) => "last".to_string(),
+                    Shape::Groups(l, ..) => l.to_string(),
+                };
+                let id = format!("{op}.{layout}.{}.{}", p.name(), c.name);
+                let mut rng = root.fork(&id);
+                let case = draw(op, &c, p, &mut rng);
+                if let Some(why) = family_ill_posed(&case) {
+                    s.excluded.push((id, why));
+                    continue;
+                }
+                s.cases.push(FamilySuiteCase {
+                    id,
+                    level: c.level,
+                    class: c.name.clone(),
+                    precision: p.static_name(),
+                    case,
+                });
+            }
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bnconf_impl::family::Named;
+
+    fn all_precisions() -> Vec<Precision> {
+        Precision::ALL.to_vec()
+    }
+
+    #[test]
+    fn the_suite_is_deterministic_and_its_cases_are_valid() {
+        for &family in Family::ALL {
+            let a = family_suite(family, &all_precisions(), 7);
+            let b = family_suite(family, &all_precisions(), 7);
+            assert_eq!(
+                a.cases.iter().map(|c| (&c.id, &c.case)).collect::<Vec<_>>(),
+                b.cases.iter().map(|c| (&c.id, &c.case)).collect::<Vec<_>>()
+            );
+            let c = family_suite(family, &all_precisions(), 8);
+            assert_ne!(
+                a.cases.iter().map(|c| &c.case).collect::<Vec<_>>(),
+                c.cases.iter().map(|c| &c.case).collect::<Vec<_>>(),
+                "another seed draws other data"
+            );
+            let mut ids: Vec<&String> = a.cases.iter().map(|c| &c.id).collect();
+            ids.sort();
+            ids.dedup();
+            assert_eq!(ids.len(), a.cases.len(), "{family}: ids are unique");
+            for c in &a.cases {
+                c.case
+                    .validate()
+                    .unwrap_or_else(|e| panic!("{}: {e:?}", c.id));
+                for (name, v) in &c.case.inputs {
+                    let d = c.case.dtype_of(name);
+                    assert!(
+                        v.iter().all(|&e| d.round(e) == e),
+                        "{} {name} not in {d:?}",
+                        c.id
+                    );
+                }
+            }
+            assert!(a.cases.len() >= 60, "{family}: {} cases", a.cases.len());
+        }
+    }
+
+    #[test]
+    fn the_suite_has_the_classes_that_matter() {
+        let p = [
+            Precision::uniform(FloatFormat::F32),
+            Precision::uniform(FloatFormat::F16),
+        ];
+        let ln = family_suite(Family::LayerNorm, &p, 1);
+        let has = |s: &FamilySuite, f: &dyn Fn(&FamilySuiteCase) -> bool| s.cases.iter().any(f);
+        for cls in [
+            "cancel-1e2",
+            "cancel-1e4",
+            "constant",
+            "var-near-eps",
+            "k1",
+            "many-rows",
+            "nd2",
+            "nd3",
+            "f16-large",
+        ] {
+            assert!(has(&ln, &|c| c.class == cls), "layer_norm lacks {cls}");
+        }
+        assert!(has(&ln, &|c| c.case.shape == [1024, 4]
+            && c.case.op.is_backward()));
+        let rms = family_suite(Family::RmsNorm, &p, 1);
+        assert!(has(&rms, &|c| c.case.convention == RmsConvention::Offset));
+        assert!(has(&rms, &|c| c.class == "f16-large"
+            && c.case.input("x").iter().any(|v| v.abs() >= 256.0)));
+        let gn = family_suite(Family::GroupNorm, &p, 1);
+        let cg = |c: &FamilySuiteCase| {
+            let ch = bnconf_impl::family::channel_dims(c.case.layout, &c.case.shape)
+                .unwrap()
+                .1;
+            (ch, c.case.groups.unwrap())
+        };
+        assert!(has(&gn, &|c| cg(c).1 == 1));
+        assert!(has(&gn, &|c| cg(c).0 == cg(c).1));
+        assert!(has(&gn, &|c| cg(c).0 / cg(c).1 == 3));
+        assert!(has(&gn, &|c| c.case.layout == FamilyLayout::Nhwc));
+        for a in [Affine::None, Affine::Weight, Affine::WeightBias] {
+            assert!(has(&gn, &|c| c.case.affine == a), "{a}");
+        }
+    }
+
+    #[test]
+    fn ill_posed_cases_are_left_out_with_a_reason() {
+        // a constant row in bf16 with a tiny eps: q = eps cannot be held apart
+        let mut c = family_suite(
+            Family::LayerNorm,
+            &[Precision::uniform(FloatFormat::BF16)],
+            1,
+        )
+        .cases
+        .into_iter()
+        .find(|c| c.class == "constant")
+        .unwrap()
+        .case;
+        assert_eq!(family_ill_posed(&c), None);
+        c.eps = 1e-6;
+        assert!(family_ill_posed(&c).unwrap().contains("one input"));
+        c.eps = 0.0;
+        assert!(family_ill_posed(&c).unwrap().contains("≤ 0"));
+        // rms_norm is never ill-posed by cond (cond_q ≤ 2q) on normal data
+        let r = family_suite(Family::RmsNorm, &[Precision::uniform(FloatFormat::BF16)], 1);
+        assert!(r.excluded.is_empty(), "{:?}", r.excluded);
+    }
+
+    #[test]
+    fn goldens_are_the_references() {
+        let s = family_suite(Family::RmsNorm, &[Precision::uniform(FloatFormat::F64)], 3);
+        let c = s
+            .cases
+            .iter()
+            .find(|c| c.class == "gaussian" && !c.case.op.is_backward())
+            .unwrap();
+        let g = family_goldens(&c.case).unwrap();
+        assert_eq!(g.keys().copied().collect::<Vec<_>>(), ["rstd", "y"]);
+        assert_eq!(g["y"].len(), 64);
+        assert_eq!(g["rstd"].len(), 4);
+        let b = s.cases.iter().find(|c| c.class == "many-rows").unwrap();
+        let g = family_goldens(&b.case).unwrap();
+        assert_eq!(g.keys().copied().collect::<Vec<_>>(), ["dgamma", "dx"]);
+        match &g["dgamma"] {
+            Golden::Roots(v) => assert!(v[0].terms().len() > 100, "rows have their own radicands"),
+            Golden::Q(_) => panic!("dgamma is a sum of roots"),
+        }
+    }
+}
