@@ -124,6 +124,20 @@ fn recipes() -> Vec<FamilyRecipe> {
             Flaw::BackwardOnePass,
             &[FamilyOp::LayerNormBackward],
         ),
+        FamilyRecipe {
+            half_storage: true,
+            stats_out: false,
+            ..bad(
+                "bad-ln-half-xhat-dgamma",
+                "KNOWN BAD (mixed precision): LayerNorm backward that sums dgamma from xhat kept \
+                 in the half activation type (as a memory-saving backward recomputing xhat from \
+                 the half y), so the f32 dgamma carries the half type's rounding; otherwise as \
+                 ln-half-f32acc. Its defect shows in f16+f32 and bf16+f32 only.",
+                Family::LayerNorm,
+                Flaw::HalfXhatDgamma,
+                &[FamilyOp::LayerNormBackward],
+            )
+        },
         bad(
             "bad-ln-no-eps",
             "KNOWN BAD: LayerNorm with rstd = 1/sqrt(var): eps dropped (wrong once var is not \

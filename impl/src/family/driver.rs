@@ -37,6 +37,9 @@ pub(crate) enum Flaw {
     OffsetIgnored,
     /// The backward recomputes the variance one-pass (`E[x²] − mean²`); the forward is right.
     BackwardOnePass,
+    /// `dgamma` (an f32 output in the mixed precisions) summed from `xhat` kept in the half
+    /// activation type, as a memory-saving backward that recomputes `xhat` from the half `y`.
+    HalfXhatDgamma,
 }
 
 /// A family kernel: its family, statistic algorithm, storage of per-cell intermediates and at
@@ -76,11 +79,17 @@ impl FamilyKernel for FamilyRecipe {
         self.defective_ops
     }
     fn defect_dtypes(&self) -> &'static [Dtype] {
-        if self.has(Flaw::SumSqF16) {
-            &[Dtype::F16]
-        } else {
-            Dtype::ALL
+        match self.flaw {
+            Some(Flaw::SumSqF16) => &[Dtype::F16],
+            // The half types' cancellation sweep is mild (its inputs must stay well-posed at
+            // the half type's u): a one-pass variance in f32 shows in f32 and f64 only.
+            Some(Flaw::OnePass | Flaw::BackwardOnePass) => &[Dtype::F32, Dtype::F64],
+            Some(Flaw::HalfXhatDgamma) => &[Dtype::F16, Dtype::BF16],
+            _ => Dtype::ALL,
         }
+    }
+    fn defect_mixed_only(&self) -> bool {
+        self.has(Flaw::HalfXhatDgamma)
     }
     fn run(&self, case: &FamilyCase) -> Result<Outputs, Unsupported> {
         if case.op.family() != self.family {
@@ -177,13 +186,17 @@ impl FamilyRecipe {
 
     fn compute<A: Real>(&self, case: &FamilyCase, g: &Grouping) -> Outputs {
         let read = |name: &str| -> Vec<A> { case.input(name).iter().map(|&v| A::of(v)).collect() };
-        let keep = |v: A| {
+        // An intermediate kept for an output is stored in that output's dtype: `xhat` and
+        // `dy·w` in the activations' (y, dx), `xhat` for dgamma in dgamma's (f32 in the mixed
+        // precisions: the half type there is the defect HalfXhatDgamma).
+        let keep_in = |d: Dtype, v: A| {
             if self.half_storage {
-                A::of(case.dtype.round(v.to_f64()))
+                A::of(d.round(v.to_f64()))
             } else {
                 v
             }
         };
+        let keep = |v: A| keep_in(case.dtype, v);
         let x = read("x");
         let gamma = case.affine.has_weight().then(|| read("gamma"));
         let offset = case.convention == RmsConvention::Offset && !self.has(Flaw::OffsetIgnored);
@@ -193,12 +206,13 @@ impl FamilyRecipe {
             None => A::ONE,
         };
         let (mean, rstd) = self.stats(case, g, &x);
-        let mut xhat = vec![A::ZERO; x.len()];
+        let mut xhat_raw = vec![A::ZERO; x.len()];
         for (gi, cells) in g.groups().iter().enumerate() {
             for &i in cells {
-                xhat[i] = keep((x[i] - mean[gi]) * rstd[gi]);
+                xhat_raw[i] = (x[i] - mean[gi]) * rstd[gi];
             }
         }
+        let xhat: Vec<A> = xhat_raw.iter().map(|&v| keep(v)).collect();
         let mut out = Outputs::new();
         let mut put = |name: &str, v: &[A]| {
             let d = case.dtype_of(name);
@@ -249,9 +263,15 @@ impl FamilyRecipe {
             } else {
                 (Summation::Pairwise, case.dtype)
             };
+            let xd = if self.has(Flaw::HalfXhatDgamma) {
+                case.dtype
+            } else {
+                case.dtype_of("dgamma")
+            };
+            let xhat_dg: Vec<A> = xhat_raw.iter().map(|&v| keep_in(xd, v)).collect();
             let dgamma: Vec<A> = by_param
                 .iter()
-                .map(|cells| sum.sum(acc, cells.len(), |j| dy[cells[j]] * xhat[cells[j]]))
+                .map(|cells| sum.sum(acc, cells.len(), |j| dy[cells[j]] * xhat_dg[cells[j]]))
                 .collect();
             put("dgamma", &dgamma);
         }

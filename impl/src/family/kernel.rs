@@ -26,6 +26,20 @@ pub trait FamilyKernel: Send + Sync {
     fn defect_dtypes(&self) -> &'static [Dtype] {
         Dtype::ALL
     }
+    /// Whether a known-bad kernel's defect shows only in the mixed precisions (`f16+f32`,
+    /// `bf16+f32`: half activations, f32 parameters and statistics), e.g. an f32 output
+    /// computed from an intermediate kept in the half type.
+    fn defect_mixed_only(&self) -> bool {
+        false
+    }
+    /// Whether a known-bad kernel's defect can show in a storage precision named as the
+    /// suites name them (`f32`, `f16`, `f16+f32`, ...): its activation dtype is one of
+    /// [`FamilyKernel::defect_dtypes`], and the precision is mixed if the defect needs it.
+    fn defect_shows_in(&self, precision: &str) -> bool {
+        let act = precision.split('+').next().unwrap_or(precision);
+        self.defect_dtypes().iter().any(|d| d.name() == act)
+            && (!self.defect_mixed_only() || precision.contains('+'))
+    }
     /// Outputs by name, each value representable in its dtype ([`FamilyCase::dtype_of`]).
     /// A malformed case is [`Unsupported`] with a reason starting `invalid case:` that names
     /// the field.

@@ -541,8 +541,13 @@ pub fn reduction_size(case: &FamilyCase) -> usize {
 /// in f32; for f16/bf16 four units in the last place of the dtype (output rounding and
 /// half-precision intermediates) plus the f32 accumulation's 1e-6·K.
 pub fn tolerance(case: &FamilyCase) -> f64 {
+    tolerance_in(case, case.dtype)
+}
+
+/// [`tolerance`] for an output of dtype `d` (f32 parameters and statistics of a mixed case).
+pub fn tolerance_in(case: &FamilyCase, d: Dtype) -> f64 {
     let k = reduction_size(case).max(16) as f64;
-    match case.dtype {
+    match d {
         Dtype::F64 => 1e-12,
         Dtype::F32 => 1e-6 * k,
         d => 4.0 * d.unit_roundoff() + 1e-6 * k,
@@ -550,7 +555,9 @@ pub fn tolerance(case: &FamilyCase) -> f64 {
 }
 
 /// The worst `|got − exact| / (|exact| + magnitude)` over every output the kernel returns
-/// (a non-finite value where the exact one is finite counts as infinitely wrong).
+/// (a non-finite value where the exact one is finite counts as infinitely wrong), each
+/// output's ratio scaled by `tolerance(case) / tolerance_in(case, its dtype)`: in units of
+/// the case's [`tolerance`], so that a mixed case's f32 outputs meet f32's.
 pub fn worst_ratio(kernel: &dyn FamilyKernel, case: &FamilyCase) -> f64 {
     worst_ratio_by(kernel, case, Centring::Terms)
 }
@@ -566,6 +573,7 @@ pub fn worst_ratio_by(kernel: &dyn FamilyKernel, case: &FamilyCase, centring: Ce
     for (name, v) in &got {
         let e = &ex[name];
         let m = &mag[name];
+        let scale = tolerance(case) / tolerance_in(case, case.dtype_of(name));
         assert_eq!(v.len(), e.len(), "{} {name}", kernel.name());
         for i in 0..v.len() {
             let err = (v[i] - e[i]).abs();
@@ -574,7 +582,7 @@ pub fn worst_ratio_by(kernel: &dyn FamilyKernel, case: &FamilyCase, centring: Ce
             } else if err == 0.0 {
                 0.0
             } else {
-                err / (e[i].abs() + m[i])
+                scale * err / (e[i].abs() + m[i])
             };
             worst = worst.max(if r.is_nan() { f64::INFINITY } else { r });
         }
