@@ -279,7 +279,7 @@ fn run_families(
         let names: Vec<String> = dtypes.iter().map(|d| d.name()).collect();
         let ops: Vec<&str> = family.ops().iter().map(|o| o.name()).collect();
         println!(
-            "bnconf run: family {family} (seed {seed}), {} cases ({} excluded as ill-posed), {} in {}",
+            "bnconf run: family {family} (seed {seed}), {} cases ({} excluded as ill-posed or non-discriminating), {} in {}",
             s.cases.len(),
             s.excluded.len(),
             ops.join(", "),

@@ -206,6 +206,52 @@ fn recipes() -> Vec<FamilyRecipe> {
             Flaw::ChannelsLastAsNchw,
             GN,
         ),
+        bad(
+            "bad-ln-var-doubled",
+            "KNOWN BAD (sharpness control): LayerNorm with the variance doubled, rstd = \
+             1/sqrt(2·var + eps). Every case that gates must reject it where it changes the \
+             answer beyond rounding.",
+            Family::LayerNorm,
+            Flaw::VarDoubled,
+            LN,
+        ),
+        bad(
+            "bad-ln-rstd-off25",
+            "KNOWN BAD (sharpness control): LayerNorm with rstd 25 % too large.",
+            Family::LayerNorm,
+            Flaw::RstdOff25,
+            LN,
+        ),
+        bad(
+            "bad-rms-ms-doubled",
+            "KNOWN BAD (sharpness control): RMSNorm with the mean square doubled, rstd = \
+             1/sqrt(2·Σx²/K + eps).",
+            Family::RmsNorm,
+            Flaw::VarDoubled,
+            RMS,
+        ),
+        bad(
+            "bad-rms-rstd-off25",
+            "KNOWN BAD (sharpness control): RMSNorm with rstd 25 % too large.",
+            Family::RmsNorm,
+            Flaw::RstdOff25,
+            RMS,
+        ),
+        bad(
+            "bad-gn-var-doubled",
+            "KNOWN BAD (sharpness control): GroupNorm with the variance doubled, rstd = \
+             1/sqrt(2·var + eps).",
+            Family::GroupNorm,
+            Flaw::VarDoubled,
+            GN,
+        ),
+        bad(
+            "bad-gn-rstd-off25",
+            "KNOWN BAD (sharpness control): GroupNorm with rstd 25 % too large.",
+            Family::GroupNorm,
+            Flaw::RstdOff25,
+            GN,
+        ),
     ]
 }
 

@@ -40,6 +40,10 @@ pub(crate) enum Flaw {
     /// `dgamma` (an f32 output in the mixed precisions) summed from `xhat` kept in the half
     /// activation type, as a memory-saving backward that recomputes `xhat` from the half `y`.
     HalfXhatDgamma,
+    /// The variance (rms_norm: the mean square) doubled: a sharpness control.
+    VarDoubled,
+    /// `rstd` 25 % too large: a sharpness control.
+    RstdOff25,
 }
 
 /// A family kernel: its family, statistic algorithm, storage of per-cell intermediates and at
@@ -177,6 +181,8 @@ impl FamilyRecipe {
                 let rstd = match self.flaw {
                     Some(Flaw::NoEps) => A::ONE / var.sqrt(),
                     Some(Flaw::EpsOutsideSqrt) => A::ONE / (var.sqrt() + eps),
+                    Some(Flaw::VarDoubled) => A::ONE / (var + var + eps).sqrt(),
+                    Some(Flaw::RstdOff25) => A::of(1.25) / (var + eps).sqrt(),
                     _ => A::ONE / (var + eps).sqrt(),
                 };
                 (mean, rstd)
