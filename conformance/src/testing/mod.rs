@@ -87,6 +87,7 @@
 //! });
 //! ```
 
+pub mod family;
 pub mod in_memory;
 pub mod strategy;
 
@@ -104,6 +105,9 @@ use std::fmt;
 
 /// Outputs of a kernel: values by output name, in the layout's flat order.
 pub type Outputs = BTreeMap<String, Vec<f64>>;
+
+/// A kernel as a boxed closure ([`reference_kernel`]).
+pub type BoxedKernel = Box<dyn Fn(&KernelCase) -> Option<Outputs> + Send + Sync>;
 
 /// One case for a kernel under test: the op, its layout and shape, the dtype, `eps` and the
 /// inputs (every value exactly representable in the dtype, as f64, in the layout's flat
@@ -145,6 +149,18 @@ pub struct KernelCase {
     pub level: String,
     /// Data class (what the case targets), e.g. `large-mean-1e4`.
     pub class: String,
+    /// The op family: `batch_norm` (every op above), `layer_norm`, `rms_norm`, `group_norm`
+    /// (docs/FORMAT.md, the normalization family; see [`family`]).
+    pub family: String,
+    /// Layout `last` (layer_norm, rms_norm): how many trailing axes are normalized, else `None`.
+    pub normalized_ndim: Option<usize>,
+    /// group_norm: the number of groups G (a divisor of C), else `None`.
+    pub groups: Option<usize>,
+    /// The family: `weight_bias`, `weight` or `none` (which of gamma, beta the case has); `None`
+    /// for batch_norm.
+    pub affine: Option<String>,
+    /// Outputs the kernel may leave out (the family's `mean`, `rstd`; judged when returned).
+    pub optional_outputs: Vec<String>,
 }
 
 impl KernelCase {
@@ -176,9 +192,81 @@ impl KernelCase {
     pub fn momentum(&self) -> Option<f64> {
         self.momentum
     }
-    /// Convention (`running_update`).
+    /// Convention (`running_update`: `pytorch`/`onnx`; rms_norm: `standard`/`offset`).
     pub fn convention(&self) -> Option<&str> {
         self.convention.as_deref()
+    }
+    /// The op family (`batch_norm`, `layer_norm`, `rms_norm`, `group_norm`).
+    pub fn family(&self) -> &str {
+        &self.family
+    }
+    /// Layout `last`: the number of trailing axes normalized.
+    pub fn normalized_ndim(&self) -> Option<usize> {
+        self.normalized_ndim
+    }
+    /// group_norm: the number of groups.
+    pub fn groups(&self) -> Option<usize> {
+        self.groups
+    }
+    /// The family's `affine` (`weight_bias`, `weight`, `none`).
+    pub fn affine(&self) -> Option<&str> {
+        self.affine.as_deref()
+    }
+    /// Outputs the kernel may leave out.
+    pub fn optional_outputs(&self) -> &[String] {
+        &self.optional_outputs
+    }
+
+    /// The family: each row's (layer_norm, rms_norm) or each (sample, group)'s (group_norm)
+    /// cells as flat positions of `x`, in the order of the `mean`/`rstd` outputs; batch_norm:
+    /// each channel's cells. Empty for an invalid case.
+    pub fn norm_groups(&self) -> Vec<Vec<usize>> {
+        if self.family == family::BATCH_NORM {
+            return (0..self.channels())
+                .map(|c| self.channel_cells(c))
+                .collect();
+        }
+        family::grouping(self).map_or(Vec::new(), |g| g.groups().to_vec())
+    }
+
+    /// The index into `gamma`/`beta` (and `dgamma`/`dbeta`) of every cell of `x`: the
+    /// position in the normalized shape (layer_norm, rms_norm) or the channel (group_norm,
+    /// batch_norm). Empty for an invalid case.
+    pub fn param_index(&self) -> Vec<usize> {
+        if self.family == family::BATCH_NORM {
+            let mut out = vec![0; self.geometry().map_or(0, |g| g.len())];
+            for c in 0..self.channels() {
+                for i in self.channel_cells(c) {
+                    out[i] = c;
+                }
+            }
+            return out;
+        }
+        family::grouping(self).map_or(Vec::new(), |g| g.param_of().to_vec())
+    }
+
+    /// `gamma`, or ones where the case has no weight (the family's `affine` `none`).
+    pub fn weight(&self) -> Vec<f64> {
+        match self.inputs.get("gamma") {
+            Some(g) => g.clone(),
+            None => vec![1.0; self.n_params()],
+        }
+    }
+
+    /// `beta`, or zeros where the case has no bias (`affine` `weight` or `none`).
+    pub fn bias(&self) -> Vec<f64> {
+        match self.inputs.get("beta") {
+            Some(b) => b.clone(),
+            None => vec![0.0; self.n_params()],
+        }
+    }
+
+    fn n_params(&self) -> usize {
+        if self.family == family::BATCH_NORM {
+            self.channels()
+        } else {
+            family::grouping(self).map_or(0, |g| g.n_params())
+        }
     }
 
     /// The input `name`. Panics, naming the case and its inputs, if the op has no such input.
@@ -194,8 +282,12 @@ impl KernelCase {
         }
     }
 
-    /// Output names the kernel must return (docs/FORMAT.md), or empty for an unknown op.
+    /// Output names of the case (docs/FORMAT.md; the family's under its `affine`, optional
+    /// ones included), or empty for an unknown op.
     pub fn outputs(&self) -> &'static [&'static str] {
+        if self.family != family::BATCH_NORM {
+            return family::family_outputs(self);
+        }
         Op::from_name(&self.op).map_or(&[], |op| op.outputs())
     }
 
@@ -243,6 +335,11 @@ impl KernelCase {
             convention: c.convention.map(|v| v.name().to_string()),
             level: c.level.name().to_string(),
             class: c.class.clone(),
+            family: family::BATCH_NORM.to_string(),
+            normalized_ndim: None,
+            groups: None,
+            affine: None,
+            optional_outputs: Vec::new(),
         }
     }
 
@@ -384,6 +481,8 @@ pub struct Options {
     pub layouts: Vec<String>,
     /// Suite seed ([`suite::DEFAULT_SEED`], the seed of `bnconf export`, by default).
     pub seed: u64,
+    /// The op family: `batch_norm` (the default), `layer_norm`, `rms_norm`, `group_norm`.
+    pub family: String,
 }
 
 impl Options {
@@ -395,7 +494,13 @@ impl Options {
             ops: Vec::new(),
             layouts: Vec::new(),
             seed: suite::DEFAULT_SEED,
+            family: family::BATCH_NORM.to_string(),
         }
+    }
+    /// The op family (`batch_norm`, `layer_norm`, `rms_norm`, `group_norm`).
+    pub fn family(mut self, family: &str) -> Options {
+        self.family = family.to_string();
+        self
     }
     /// Only these ops.
     pub fn ops(mut self, ops: &[&str]) -> Options {
@@ -412,6 +517,12 @@ impl Options {
 /// The cases of a suite, as a kernel sees them (the same cases, in the same order, as
 /// `bnconf export` writes).
 pub fn cases(options: &Options) -> Result<Vec<KernelCase>, ConfError> {
+    if let Some(f) = family::family_of(&options.family)? {
+        return Ok(family::family_suite_cases(f, options)?
+            .iter()
+            .map(family::kernel_case)
+            .collect());
+    }
     Ok(generate(options)?
         .cases
         .iter()
@@ -453,6 +564,14 @@ where
     K: Fn(&KernelCase) -> Option<Outputs>,
 {
     let title = format!("suite {} {}", options.suite, options.dtype);
+    match family::family_of(&options.family) {
+        Err(e) => return Report::error(title, e.to_string()),
+        Ok(Some(f)) => {
+            let title = format!("{} {title}", options.family);
+            return family::check_family(f, options, title, kernel);
+        }
+        Ok(None) => {}
+    }
     if options.suite == "replicated" {
         let why = "suite: the replicated suite is judged per rank: use check_replicated_kernel";
         return Report::error(title, why.into());
@@ -517,6 +636,9 @@ pub fn check_case<K>(case: &KernelCase, kernel: K) -> Report
 where
     K: Fn(&KernelCase) -> Option<Outputs>,
 {
+    if case.family != family::BATCH_NORM {
+        return family::check_family_case(case, kernel);
+    }
     let title = format!("case {}", case.id);
     let sc = match case.to_suite_case() {
         Ok(sc) => sc,
@@ -565,15 +687,20 @@ fn judge_with<O: Send + Sync>(
         cases: prepared.into_iter().map(|p| p.case).collect(),
         results,
         error: None,
+        family_details: BTreeMap::new(),
     }
 }
 
-/// A closure running one of bnconf's built-in kernels (`bnconf kernel --list`), e.g. as a
-/// reference beside yours or as a known-bad control. Panics on an unknown name.
-pub fn reference_kernel(name: &str) -> impl Fn(&KernelCase) -> Option<Outputs> {
+/// A closure running one of bnconf's built-in kernels (`bnconf kernel --list`; the family's
+/// too, e.g. `ln-twopass`), e.g. as a reference beside yours or as a known-bad control.
+/// Panics on an unknown name.
+pub fn reference_kernel(name: &str) -> BoxedKernel {
+    if let Some(k) = family::reference_family_kernel(name) {
+        return Box::new(k);
+    }
     let k = bnconf_impl::kernel_by_name(name)
         .unwrap_or_else(|| panic!("no built-in kernel named {name:?}"));
-    move |case: &KernelCase| {
+    Box::new(move |case: &KernelCase| {
         let dt = |n: &str| bnconf_impl::Dtype::from_name(n);
         let kc = bnconf_impl::Case {
             op: bnconf_impl::Op::from_name(&case.op)?,
@@ -592,7 +719,7 @@ pub fn reference_kernel(name: &str) -> impl Fn(&KernelCase) -> Option<Outputs> {
             },
         };
         k.run(&kc).ok()
-    }
+    })
 }
 
 /// The verdicts on a kernel: every case judged, with the worst element of each output.
@@ -602,6 +729,8 @@ pub struct Report {
     cases: Vec<SuiteCase>,
     results: Vec<CaseResult>,
     error: Option<String>,
+    /// Family cases: the failure detail of each failing case, by id.
+    family_details: BTreeMap<String, String>,
 }
 
 impl Report {
@@ -611,6 +740,7 @@ impl Report {
             cases: Vec::new(),
             results: Vec::new(),
             error: Some(why),
+            family_details: BTreeMap::new(),
         }
     }
 
@@ -703,9 +833,10 @@ impl fmt::Display for Report {
         for (i, r) in failures.iter().enumerate().take(LISTED) {
             if i < DETAILS {
                 writeln!(f)?;
-                match by_id.get(r.id.as_str()) {
-                    Some(c) => writeln!(f, "{}", r.detail(c))?,
-                    None => writeln!(f, "{} {}", r.id, r.verdict.name())?,
+                match (by_id.get(r.id.as_str()), self.family_details.get(&r.id)) {
+                    (Some(c), _) => writeln!(f, "{}", r.detail(c))?,
+                    (None, Some(d)) => writeln!(f, "{d}")?,
+                    (None, None) => writeln!(f, "{} {}", r.id, r.verdict.name())?,
                 }
             } else {
                 writeln!(
@@ -787,7 +918,7 @@ impl quickcheck::Arbitrary for KernelCase {
     fn shrink(&self) -> Box<dyn Iterator<Item = KernelCase>> {
         let case = self.clone();
         let c = case.channels();
-        if c <= 1 || case.op == "sync_stats" {
+        if c <= 1 || case.op == "sync_stats" || case.family != family::BATCH_NORM {
             return Box::new(std::iter::empty());
         }
         Box::new(
