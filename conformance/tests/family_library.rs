@@ -196,3 +196,33 @@ fn bad_options_and_cases_name_their_field() {
         .unwrap()
         .contains("inputs.x[0]"));
 }
+
+/// Cases per property: `PROPTEST_CASES`, or 256.
+fn prop_cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256)
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(prop_cases()))]
+
+    /// Every generated family case (any op, class and precision, fresh data) is judged
+    /// conforming for every built-in good kernel of its family.
+    #[test]
+    fn generated_family_cases_judge_good_kernels_conforming(
+        case in bnconf::testing::family::family_strategy(&[], &[])
+    ) {
+        let good: &[&str] = match case.family() {
+            "layer_norm" => &["ln-twopass", "ln-welford", "ln-half-f32acc"],
+            "rms_norm" => &["rms-twopass", "rms-half-f32acc"],
+            _ => &["gn-twopass", "gn-half-f32acc"],
+        };
+        for name in good {
+            let r = check_case(&case, reference_kernel(name));
+            proptest::prop_assert!(r.ok(), "{name}: {}", r);
+            proptest::prop_assert_eq!(r.results().len(), 1);
+        }
+    }
+}

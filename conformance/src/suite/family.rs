@@ -639,6 +639,36 @@ pub fn family_suite(family: Family, dtypes: &[Precision], seed: u64) -> FamilySu
     s
 }
 
+/// One case of `op` drawn afresh, for property tests: class `class` of the op's family in
+/// precision `p` (an index taken modulo the number of classes), its data from `seed`. `None`
+/// where that class is not drawn for the op (backward-only classes) or the case is ill-posed
+/// in its dtype; non-discriminating cases are kept (they judge a kernel as fairly, only less
+/// sharply).
+pub fn family_draw(op: FamilyOp, p: Precision, class: usize, seed: u64) -> Option<FamilySuiteCase> {
+    let all = classes(op.family(), p);
+    let c = &all[class % all.len()];
+    if c.backward_only && !op.is_backward() {
+        return None;
+    }
+    let layout = match c.shape {
+        Shape::Last(..) => "last".to_string(),
+        Shape::Groups(l, ..) => l.to_string(),
+    };
+    let id = format!("{op}.{layout}.{}.{}.s{seed}", p.name(), c.name);
+    let mut rng = Rng::new(seed).fork(&id);
+    let case = draw(op, c, p, &mut rng);
+    if family_ill_posed(&case).is_some() {
+        return None;
+    }
+    Some(FamilySuiteCase {
+        id,
+        level: c.level,
+        class: c.name.clone(),
+        precision: p.static_name(),
+        case,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -45,7 +45,7 @@ use crate::judge::family::{prepare_family_all, FamilyPrepared};
 use crate::judge::verdict::{CaseResult, Verdict};
 use crate::par::*;
 use crate::report::fmt_ratio;
-use crate::suite::family::{family_ill_posed, family_suite, FamilySuiteCase};
+use crate::suite::family::{family_draw, family_ill_posed, family_suite, FamilySuiteCase};
 use crate::suite::{self, parse_precision, Level};
 use bnconf_impl::family::{
     family_kernel_by_name, Affine, Family, FamilyCase, FamilyLayout, FamilyOp, Grouping, Named,
@@ -55,6 +55,57 @@ use bnconf_impl::Dtype;
 
 /// The batch_norm family's name (the default of `family`).
 pub const BATCH_NORM: &str = "batch_norm";
+
+/// Generated family cases for property tests: every op of `families` (all three if empty) in
+/// `precisions` (names as `dtype`; all six if empty), each a class of the family suites drawn
+/// with fresh data (shape, affine, convention and data of the class; groups, normalized_ndim
+/// and the cancellation sweep included), cases ill-posed in their dtype left out. Judge each
+/// with [`super::check_case`]. Panics on an unknown family or precision name.
+///
+/// ```
+/// use bnconf::testing::{check_case, family::family_strategy, reference_kernel};
+/// use proptest::prelude::*;
+///
+/// let kernel = reference_kernel("ln-welford");
+/// proptest!(ProptestConfig::with_cases(16), |(case in family_strategy(&["layer_norm"], &["f32", "bf16+f32"]))| {
+///     let report = check_case(&case, &kernel);
+///     prop_assert!(report.ok(), "{}", report);
+/// });
+/// ```
+pub fn family_strategy(
+    families: &[&str],
+    precisions: &[&str],
+) -> proptest::strategy::BoxedStrategy<KernelCase> {
+    use proptest::prelude::*;
+    let families: Vec<Family> = if families.is_empty() {
+        Family::ALL.to_vec()
+    } else {
+        families
+            .iter()
+            .map(|n| Family::from_name(n).unwrap_or_else(|| panic!("unknown family {n:?}")))
+            .collect()
+    };
+    let ops: Vec<FamilyOp> = families.iter().flat_map(|f| f.ops().to_vec()).collect();
+    let precs: Vec<suite::Precision> = if precisions.is_empty() {
+        suite::Precision::ALL.to_vec()
+    } else {
+        precisions
+            .iter()
+            .map(|n| parse_precision(n).unwrap_or_else(|e| panic!("{e}")))
+            .collect()
+    };
+    (
+        proptest::sample::select(ops),
+        proptest::sample::select(precs),
+        0usize..64,
+        any::<u64>(),
+    )
+        .prop_filter_map(
+            "class not of the op, or ill-posed",
+            |(op, p, class, seed)| family_draw(op, p, class, seed).map(|c| kernel_case(&c)),
+        )
+        .boxed()
+}
 
 /// The family named `name`, `None` for `batch_norm`; an error naming `family` otherwise.
 pub(super) fn family_of(name: &str) -> Result<Option<Family>, ConfError> {
