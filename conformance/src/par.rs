@@ -99,6 +99,16 @@ mod seq {
             self.chunks_mut(n)
         }
     }
+    /// `par_chunks()` on slices: `chunks()`.
+    pub trait ParallelSlice<T> {
+        /// The sequential iterator.
+        fn par_chunks(&self, n: usize) -> std::slice::Chunks<'_, T>;
+    }
+    impl<T> ParallelSlice<T> for [T] {
+        fn par_chunks(&self, n: usize) -> std::slice::Chunks<'_, T> {
+            self.chunks(n)
+        }
+    }
 }
 #[cfg(not(feature = "parallel"))]
 pub use seq::*;

@@ -38,6 +38,7 @@ pub mod cells;
 pub mod consts;
 pub mod dd;
 pub mod eval;
+pub mod family;
 pub mod golden;
 pub mod npy_case;
 pub mod problem;

@@ -1,0 +1,465 @@
+//! The fast exact reference for the normalization family (docs/DESIGN.md §5 and §9): every
+//! output of a layer_norm, rms_norm or group_norm case (forward or backward) correctly rounded
+//! to its dtype at float speed, bit for bit what the exact path (`suite::family::
+//! family_goldens`, then correct rounding) gives. Method, per row (or (sample, group)) of K
+//! cells:
+//!
+//! 1. **Exact sums** in superaccumulators: `S1 = Σx`, `S2 = Σx²`; backward also `A = Σ w·dy`
+//!    and `G = Σ w·dy·x` (`w` the cell's weight: `gamma`, `1 + gamma` in rms_norm's offset
+//!    convention, or 1), every product formed exactly.
+//! 2. **Exact per-row rationals**: `mean = S1/K` (0 for rms_norm), `q = (K·S2 − S1²)/K² + eps`
+//!    (rms_norm `S2/K + eps`), `B = G − mean·A`, `C = B/(K·q)`. Then every cell output is
+//!    `y = b + w·(x − mean)/sqrt(q)` and `dx = (w·dy − A/K − (x − mean)·C)/sqrt(q)`: one
+//!    rational times `1/sqrt(q)` plus a rational.
+//! 3. **Per element**, that expression in double-double with a rigorous bound on its
+//!    absolute error, `2^-94·(magnitudes of its terms) + 2^-1000` (the operations' own bounds
+//!    sum to below 2^-100 times the same magnitudes; see [`super::dd`]); if the whole interval
+//!    rounds to one float that float is the answer, else the element's exact `a + b·sqrt(q)` is
+//!    rounded by `spec`.
+//! 4. `mean`, `rstd`, `dbeta` are exact per row or parameter and rounded by `spec`. `dgamma`
+//!    sums `dy·(x − mean_r)/sqrt(q_r)` over rows of different radicands: in double-double with
+//!    the bound `(n + 64)·2^-98·Σ|dy|·(|x| + |mean_r|)/sqrt(q_r) + 2^-1000` for `n` terms (any
+//!    summation order), and where that does not decide, the exact sum of roots
+//!    (`SumOfRoots`) is built and rounded.
+//!
+//! Rows run in parallel; every value is correctly rounded, so the result does not depend on
+//! the thread count. The fast path declines (returns `None`: use the exact path) for inputs
+//! outside `[2^-400, 2^400]` in magnitude (exact products could underflow) and for `q ≤ 0`.
+
+use super::acc::SuperAcc;
+use super::dd::{dd_div_sqrt, dd_of_rational, DD};
+use super::eval::{decide_f32, decide_f64};
+use super::round::round_via_f64;
+use crate::par::*;
+use bnconf_impl::family::{FamilyCase, Grouping, RmsConvention};
+use bnconf_spec::exact::roots::SumOfRoots;
+use bnconf_spec::exact::round::{f64_to_rational, round, FloatFormat};
+use bnconf_spec::exact::{QSqrt, Rational};
+use num_traits::{Signed, Zero};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The float format of impl's dtype.
+fn format_of(d: bnconf_impl::Dtype) -> FloatFormat {
+    match d {
+        bnconf_impl::Dtype::F64 => FloatFormat::F64,
+        bnconf_impl::Dtype::F32 => FloatFormat::F32,
+        bnconf_impl::Dtype::F16 => FloatFormat::F16,
+        bnconf_impl::Dtype::BF16 => FloatFormat::BF16,
+    }
+}
+
+fn rat(v: f64) -> Rational {
+    f64_to_rational(v).expect("finite")
+}
+
+/// Whether every value is 0 or within `[2^-400, 2^400]` in magnitude (products exact).
+fn in_range(v: &[f64]) -> bool {
+    v.iter()
+        .all(|&x| x == 0.0 || (x.is_finite() && x.abs() > 3.8e-121 && x.abs() < 2.5e120))
+}
+
+/// A cell's weight `w` exactly, as a double-double (`1 + gamma` is one).
+#[derive(Clone, Copy)]
+struct Weights<'a> {
+    gamma: Option<&'a [f64]>,
+    offset: bool,
+}
+
+impl Weights<'_> {
+    #[inline]
+    fn dd(&self, p: usize) -> DD {
+        match self.gamma {
+            None => DD::from_f64(1.0),
+            Some(g) if self.offset => DD::from_f64(1.0).add_f64(g[p]),
+            Some(g) => DD::from_f64(g[p]),
+        }
+    }
+    fn exact(&self, p: usize) -> Rational {
+        match self.gamma {
+            None => Rational::from_integer(1.into()),
+            Some(g) if self.offset => Rational::from_integer(1.into()) + rat(g[p]),
+            Some(g) => rat(g[p]),
+        }
+    }
+}
+
+/// One row's (or group's) exact constants and their double-doubles.
+struct Row {
+    mean: Rational,
+    q: Rational,
+    mean_dd: DD,
+    rstd_dd: DD,
+    /// Backward: `A/K` and `C = B/(K·q)`.
+    a_k: Rational,
+    c: Rational,
+    a_k_dd: DD,
+    c_dd: DD,
+}
+
+/// The correctly rounded value (as f64) of `v ± err` in `f`, if the interval decides it.
+#[inline]
+fn decide(v: DD, err: f64, f: FloatFormat) -> Option<f64> {
+    match f {
+        FloatFormat::F64 => decide_f64(v, err),
+        FloatFormat::F32 => decide_f32(v, err).map(|x| x as f64),
+        _ => {
+            let r = decide_f64(v, err)?;
+            round_via_f64(r, f).map(|r| r.to_f64())
+        }
+    }
+}
+
+fn round_q(v: &QSqrt, f: FloatFormat) -> f64 {
+    round(v, f).to_f64()
+}
+
+/// Every output of `case` (optional ones included) correctly rounded to its dtype, by the
+/// fast path (module docs); `None` where it declines (then the exact path applies).
+pub fn family_fast(case: &FamilyCase) -> Option<BTreeMap<&'static str, Vec<f64>>> {
+    family_fast_counted(case).map(|(out, _)| out)
+}
+
+/// [`family_fast`] and how many elements the exact path decided (those the double-double
+/// interval left undecided: near a midpoint, an exact float, zero or the range's ends).
+pub fn family_fast_counted(case: &FamilyCase) -> Option<(BTreeMap<&'static str, Vec<f64>>, u64)> {
+    let fallbacks = AtomicU64::new(0);
+    let out = fast_outputs(case, &fallbacks)?;
+    Some((out, fallbacks.into_inner()))
+}
+
+fn fast_outputs(
+    case: &FamilyCase,
+    fallbacks: &AtomicU64,
+) -> Option<BTreeMap<&'static str, Vec<f64>>> {
+    let grouping = case.validate().ok()?;
+    let x = case.inputs.get("x")?.as_slice();
+    let dy = case.inputs.get("dy").map(|v| v.as_slice());
+    let gamma = case.inputs.get("gamma").map(|v| v.as_slice());
+    let beta = case.inputs.get("beta").map(|v| v.as_slice());
+    for v in [Some(x), dy, gamma, beta].into_iter().flatten() {
+        if !in_range(v) {
+            return None;
+        }
+    }
+    let centred = case.op.centered();
+    let eps = f64_to_rational(case.eps)?;
+    let w = Weights {
+        gamma,
+        offset: case.convention == RmsConvention::Offset,
+    };
+    let rows = row_constants(&grouping, x, dy, w, centred, &eps)?;
+    let act = format_of(case.dtype);
+    let param = format_of(case.param_dtype);
+    let mut out = BTreeMap::new();
+    match dy {
+        None => {
+            out.insert(
+                "y",
+                cells(&grouping, &rows, x, None, w, beta, act, fallbacks),
+            );
+            if centred {
+                out.insert(
+                    "mean",
+                    rows.iter()
+                        .map(|r| round_q(&QSqrt::rational(r.mean.clone()), param))
+                        .collect(),
+                );
+            }
+            out.insert(
+                "rstd",
+                rows.iter()
+                    .map(|r| round_q(&rstd_exact(&r.q), param))
+                    .collect(),
+            );
+        }
+        Some(dy) => {
+            out.insert(
+                "dx",
+                cells(&grouping, &rows, x, Some(dy), w, beta, act, fallbacks),
+            );
+            if case.affine.has_weight() {
+                out.insert("dgamma", dgamma(&grouping, &rows, x, dy, param, fallbacks));
+            }
+            if case.affine.has_bias() {
+                out.insert("dbeta", dbeta(&grouping, dy, param));
+            }
+        }
+    }
+    Some(out)
+}
+
+/// `1/sqrt(q) = (1/q)·sqrt(q)`.
+fn rstd_exact(q: &Rational) -> QSqrt {
+    QSqrt::new(Rational::zero(), q.recip(), q.clone())
+}
+
+/// Steps 1–2 for every row, in parallel; `None` if some `q ≤ 0`.
+fn row_constants(
+    g: &Grouping,
+    x: &[f64],
+    dy: Option<&[f64]>,
+    w: Weights,
+    centred: bool,
+    eps: &Rational,
+) -> Option<Vec<Row>> {
+    let param = g.param_of();
+    let rows: Vec<Option<Row>> = g
+        .groups()
+        .par_iter()
+        .map(|cells| {
+            let k = Rational::from_integer((cells.len() as i64).into());
+            let (mut s1, mut s2) = (SuperAcc::new(), SuperAcc::new());
+            for &i in cells {
+                s1.add(x[i]);
+                s2.add_product(x[i], x[i]);
+            }
+            let (s1, s2) = (s1.to_rational(), s2.to_rational());
+            let (mean, q) = if centred {
+                let mean = &s1 / &k;
+                let var = (&k * &s2 - &s1 * &s1) / (&k * &k);
+                (mean, var + eps)
+            } else {
+                (Rational::zero(), &s2 / &k + eps)
+            };
+            if !q.is_positive() {
+                return None;
+            }
+            let (mut a_k, mut c) = (Rational::zero(), Rational::zero());
+            if let Some(dy) = dy {
+                let (mut a, mut gx) = (SuperAcc::new(), SuperAcc::new());
+                for &i in cells {
+                    let wd = w.dd(param[i]);
+                    // w·dy and w·dy·x exactly: each part of w times dy is an exact two-product.
+                    for part in [wd.hi, wd.lo] {
+                        if part == 0.0 {
+                            continue;
+                        }
+                        let (p, e) = two_prod(part, dy[i]);
+                        a.add(p);
+                        a.add(e);
+                        gx.add_product(p, x[i]);
+                        gx.add_product(e, x[i]);
+                    }
+                }
+                let (a, gx) = (a.to_rational(), gx.to_rational());
+                let b = &gx - &mean * &a;
+                // rms_norm has no centring: no `A/K` term.
+                if centred {
+                    a_k = &a / &k;
+                }
+                c = b / (&k * &q);
+            }
+            Some(Row {
+                mean_dd: dd_of_rational(&mean),
+                rstd_dd: dd_div_sqrt(&Rational::from_integer(1.into()), &q),
+                a_k_dd: dd_of_rational(&a_k),
+                c_dd: dd_of_rational(&c),
+                mean,
+                q,
+                a_k,
+                c,
+            })
+        })
+        .collect();
+    rows.into_iter().collect()
+}
+
+/// `a·b = p + e` exactly (inputs in range: no underflow or overflow).
+#[inline]
+fn two_prod(a: f64, b: f64) -> (f64, f64) {
+    <super::dd::Portable as super::dd::Prod>::two_prod(a, b)
+}
+
+/// Step 3: `y` (forward) or `dx` (backward) of every cell, rows in parallel, scattered into
+/// the layout's flat order.
+fn cells(
+    g: &Grouping,
+    rows: &[Row],
+    x: &[f64],
+    dy: Option<&[f64]>,
+    w: Weights,
+    beta: Option<&[f64]>,
+    f: FloatFormat,
+    fallbacks: &AtomicU64,
+) -> Vec<f64> {
+    let param = g.param_of();
+    let per_row: Vec<Vec<f64>> = g
+        .groups()
+        .par_iter()
+        .zip(rows.par_iter())
+        .map(|(cells, r)| {
+            let rstd_abs = r.rstd_dd.hi.abs();
+            let mean_abs = r.mean_dd.hi.abs();
+            cells
+                .iter()
+                .map(|&i| {
+                    let p = param[i];
+                    let wd = w.dd(p);
+                    let d = DD::from_f64(x[i]) + (-r.mean_dd);
+                    let d_mag = x[i].abs() + mean_abs;
+                    let (v, mag) = match dy {
+                        None => {
+                            let b = beta.map_or(0.0, |b| b[p]);
+                            let v = (d * wd) * r.rstd_dd;
+                            (v.add_f64(b), wd.hi.abs() * d_mag * rstd_abs + b.abs())
+                        }
+                        Some(dy) => {
+                            let t = wd * DD::from_f64(dy[i]) + (-r.a_k_dd) + (-(d * r.c_dd));
+                            let mag = wd.hi.abs() * dy[i].abs()
+                                + r.a_k_dd.hi.abs()
+                                + d_mag * r.c_dd.hi.abs();
+                            (t * r.rstd_dd, mag * rstd_abs)
+                        }
+                    };
+                    // 2^-94 of the magnitudes, and an absolute floor.
+                    let err = mag * 5.048709793414476e-29 + 9.332636185032189e-302;
+                    decide(v, err, f).unwrap_or_else(|| {
+                        fallbacks.fetch_add(1, Ordering::Relaxed);
+                        exact_cell(r, x[i], dy.map(|d| d[i]), w, p, beta, f)
+                    })
+                })
+                .collect()
+        })
+        .collect();
+    let mut out = vec![0.0; x.len()];
+    for (cells, vals) in g.groups().iter().zip(per_row) {
+        for (&i, v) in cells.iter().zip(vals) {
+            out[i] = v;
+        }
+    }
+    out
+}
+
+/// One cell output by the exact path: `y = b + (w·(x − mean)/q)·sqrt(q)`,
+/// `dx = ((w·dy − A/K − (x − mean)·C)/q)·sqrt(q)`.
+fn exact_cell(
+    r: &Row,
+    x: f64,
+    dy: Option<f64>,
+    w: Weights,
+    p: usize,
+    beta: Option<&[f64]>,
+    f: FloatFormat,
+) -> f64 {
+    let d = rat(x) - &r.mean;
+    let v = match dy {
+        None => {
+            let b = beta.map_or(Rational::zero(), |b| rat(b[p]));
+            QSqrt::new(b, w.exact(p) * d / &r.q, r.q.clone())
+        }
+        Some(dy) => {
+            let t = w.exact(p) * rat(dy) - &r.a_k - d * &r.c;
+            QSqrt::new(Rational::zero(), t / &r.q, r.q.clone())
+        }
+    };
+    round_q(&v, f)
+}
+
+/// Step 4: `dbeta_p = Σ dy` over the cells of parameter `p`, exactly.
+fn dbeta(g: &Grouping, dy: &[f64], f: FloatFormat) -> Vec<f64> {
+    g.cells_of_params()
+        .par_iter()
+        .map(|cells| {
+            let mut a = SuperAcc::new();
+            for &i in cells {
+                a.add(dy[i]);
+            }
+            round_q(&QSqrt::rational(a.to_rational()), f)
+        })
+        .collect()
+}
+
+/// One parameter's running `dgamma` sum: its double-double, the magnitudes bounding its
+/// error and the number of terms.
+#[derive(Clone, Copy, Default)]
+struct Partial {
+    sum: DD,
+    mag: f64,
+    n: usize,
+}
+
+/// Step 4: `dgamma_p = Σ_r Σ_{cells of p in row r} dy·(x − mean_r)/sqrt(q_r)`.
+fn dgamma(
+    g: &Grouping,
+    rows: &[Row],
+    x: &[f64],
+    dy: &[f64],
+    f: FloatFormat,
+    fallbacks: &AtomicU64,
+) -> Vec<f64> {
+    let param = g.param_of();
+    let n_params = g.n_params();
+    const ROWS_PER_ITEM: usize = 64;
+    let groups = g.groups();
+    let parts: Vec<Vec<Partial>> = groups
+        .par_chunks(ROWS_PER_ITEM)
+        .zip(rows.par_chunks(ROWS_PER_ITEM))
+        .map(|(gs, rs)| {
+            let mut acc = vec![Partial::default(); n_params];
+            for (cells, r) in gs.iter().zip(rs) {
+                let rstd_abs = r.rstd_dd.hi.abs();
+                let mean_abs = r.mean_dd.hi.abs();
+                for &i in cells {
+                    let d = DD::from_f64(x[i]) + (-r.mean_dd);
+                    let t = (d * DD::from_f64(dy[i])) * r.rstd_dd;
+                    let a = &mut acc[param[i]];
+                    a.sum = a.sum + t;
+                    a.mag += dy[i].abs() * (x[i].abs() + mean_abs) * rstd_abs;
+                    a.n += 1;
+                }
+            }
+            acc
+        })
+        .collect();
+    let mut total = vec![Partial::default(); n_params];
+    for part in parts {
+        for (t, p) in total.iter_mut().zip(part) {
+            t.sum = t.sum + p.sum;
+            t.mag += p.mag;
+            t.n += p.n;
+        }
+    }
+    total
+        .par_iter()
+        .enumerate()
+        .map(|(p, t)| {
+            // (n + 64)·2^-98 of the magnitudes (the f64 sum of magnitudes is itself within
+            // n·2^-53 of the exact one: the margin covers it), and an absolute floor.
+            let err = (t.n as f64 + 64.0) * 3.155443620884047e-30 * t.mag * (1.0 + 1e-10)
+                + 9.332636185032189e-302;
+            decide(t.sum, err, f).unwrap_or_else(|| {
+                fallbacks.fetch_add(1, Ordering::Relaxed);
+                exact_dgamma(g, rows, x, dy, p, f)
+            })
+        })
+        .collect()
+}
+
+/// `dgamma_p` by the exact path: per row `E = Σ dy·(x − mean_r)` over the row's cells of `p`,
+/// the sum of roots `Σ (E/q_r)·sqrt(q_r)`, rounded by `spec`.
+fn exact_dgamma(
+    g: &Grouping,
+    rows: &[Row],
+    x: &[f64],
+    dy: &[f64],
+    p: usize,
+    f: FloatFormat,
+) -> f64 {
+    let param = g.param_of();
+    let mut terms = Vec::new();
+    for (cells, r) in g.groups().iter().zip(rows) {
+        let mut e = Rational::zero();
+        let mut any = false;
+        for &i in cells.iter().filter(|&&i| param[i] == p) {
+            e += rat(dy[i]) * (rat(x[i]) - &r.mean);
+            any = true;
+        }
+        if any && !e.is_zero() {
+            terms.push((e / &r.q, r.q.clone()));
+        }
+    }
+    SumOfRoots::from_terms(Rational::zero(), terms)
+        .round(f)
+        .to_f64()
+}

@@ -1,0 +1,250 @@
+//! The family's fast golden path (`fast::family::family_fast`) is bit for bit the exact path
+//! (spec's F1–F6, then correct rounding): on every case of the family suites in all six
+//! precisions, on generated cases (`PROPTEST_CASES`, default 256), and on cases built so that
+//! outputs are exact floats, exact midpoints and exact zeros (the fallback's ground). Run in
+//! release.
+
+use bnconf::fast::family::{family_fast, family_fast_counted};
+use bnconf::judge::family::prepare_family;
+use bnconf::suite::family::{family_draw, family_suite, FamilySuiteCase};
+use bnconf::suite::{Level, Precision};
+use bnconf_impl::family::{
+    Affine, Family, FamilyCase, FamilyLayout, FamilyOp, Named, RmsConvention,
+};
+use bnconf_impl::Dtype;
+use std::collections::BTreeMap;
+
+/// `None` when they agree bit for bit (every output of the case), else what differs.
+fn differs(sc: &FamilySuiteCase) -> Option<String> {
+    let exact = prepare_family(sc)
+        .unwrap_or_else(|e| panic!("{}: {e}", sc.id))
+        .rounded_goldens();
+    let fast = family_fast(&sc.case).unwrap_or_else(|| panic!("{}: fast path declined", sc.id));
+    let fast: BTreeMap<String, Vec<f64>> =
+        fast.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    if fast.keys().ne(exact.keys()) {
+        return Some(format!(
+            "{}: outputs {:?} vs {:?}",
+            sc.id,
+            fast.keys().collect::<Vec<_>>(),
+            exact.keys().collect::<Vec<_>>()
+        ));
+    }
+    for (name, e) in &exact {
+        let f = &fast[name];
+        assert_eq!(f.len(), e.len(), "{} {name}", sc.id);
+        for (i, (a, b)) in f.iter().zip(e).enumerate() {
+            if a.to_bits() != b.to_bits() {
+                return Some(format!("{} {name}[{i}]: fast {a:e}, exact {b:e}", sc.id));
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn fast_goldens_are_the_exact_ones_on_every_family_suite_case() {
+    let mut bad = Vec::new();
+    let mut n = 0;
+    for family in [Family::LayerNorm, Family::RmsNorm, Family::GroupNorm] {
+        for sc in family_suite(family, &Precision::ALL, 20261129).cases {
+            n += 1;
+            bad.extend(differs(&sc));
+        }
+    }
+    assert!(n > 400, "only {n} cases");
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+fn prop_cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256)
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(prop_cases()))]
+
+    #[test]
+    fn fast_goldens_are_the_exact_ones_on_generated_cases(
+        op in proptest::sample::select(FamilyOp::ALL.to_vec()),
+        p in proptest::sample::select(Precision::ALL.to_vec()),
+        class in 0usize..64,
+        seed in proptest::prelude::any::<u64>(),
+    ) {
+        if let Some(sc) = family_draw(op, p, class, seed) {
+            let d = differs(&sc);
+            proptest::prop_assert!(d.is_none(), "{}", d.unwrap());
+        }
+    }
+}
+
+/// A case from its parts (inputs by name), at the core level.
+fn case(
+    op: FamilyOp,
+    layout: FamilyLayout,
+    shape: &[usize],
+    dtype: Dtype,
+    nd_or_groups: usize,
+    affine: Affine,
+    convention: RmsConvention,
+    eps: f64,
+    inputs: &[(&str, Vec<f64>)],
+) -> FamilySuiteCase {
+    let last = layout == FamilyLayout::Last;
+    let c = FamilyCase {
+        op,
+        layout,
+        shape: shape.to_vec(),
+        dtype,
+        param_dtype: dtype,
+        eps,
+        normalized_ndim: last.then_some(nd_or_groups),
+        groups: (!last).then_some(nd_or_groups),
+        affine,
+        convention,
+        inputs: inputs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect(),
+    };
+    c.validate().unwrap();
+    FamilySuiteCase {
+        id: format!("{op}.{layout}.{dtype}.hand"),
+        level: Level::Core,
+        class: "hand".into(),
+        precision: Precision::uniform(bnconf::suite::family::format_of(dtype)).static_name(),
+        case: c,
+    }
+}
+
+#[test]
+fn exact_floats_midpoints_and_zeros_take_the_exact_paths_answer() {
+    use Affine::*;
+    use FamilyLayout::*;
+    use FamilyOp::*;
+    use RmsConvention::*;
+    let mut bad = Vec::new();
+    for dtype in [Dtype::F64, Dtype::F32, Dtype::F16, Dtype::BF16] {
+        // Rows [a, -a, ...] with eps = 0: q a perfect square, every y rational; beta puts
+        // some of them on midpoints of the half types (1 + 2^-11 is one of f16's).
+        let x = vec![3.0, -3.0, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0];
+        let gamma = vec![1.0, 0.5];
+        let beta = vec![2f64.powi(-11), -0.0];
+        let dy = vec![1.0, 1.0, -1.0, 1.0, 0.25, 0.25, 3.0, -3.0];
+        let cases = [
+            case(
+                LayerNorm,
+                Last,
+                &[4, 2],
+                dtype,
+                1,
+                WeightBias,
+                Standard,
+                0.0,
+                &[
+                    ("x", x.clone()),
+                    ("gamma", gamma.clone()),
+                    ("beta", beta.clone()),
+                ],
+            ),
+            case(
+                LayerNormBackward,
+                Last,
+                &[4, 2],
+                dtype,
+                1,
+                WeightBias,
+                Standard,
+                0.0,
+                &[
+                    ("x", x.clone()),
+                    ("dy", dy.clone()),
+                    ("gamma", gamma.clone()),
+                ],
+            ),
+            case(
+                RmsNorm,
+                Last,
+                &[4, 2],
+                dtype,
+                1,
+                Weight,
+                Offset,
+                0.0,
+                &[("x", x.clone()), ("gamma", gamma.clone())],
+            ),
+            case(
+                RmsNormBackward,
+                Last,
+                &[4, 2],
+                dtype,
+                1,
+                Weight,
+                Offset,
+                0.0,
+                &[
+                    ("x", x.clone()),
+                    ("dy", dy.clone()),
+                    ("gamma", gamma.clone()),
+                ],
+            ),
+            // Repeated rows: dgamma sums equal radicands (a rational or one root).
+            case(
+                LayerNormBackward,
+                Last,
+                &[4, 2],
+                dtype,
+                1,
+                Weight,
+                Standard,
+                0.0,
+                &[
+                    ("x", vec![1.0, 2.0, 1.0, 2.0, 1.0, 2.0, 1.0, 2.0]),
+                    ("dy", vec![1.0, 0.0, 1.0, 0.0, -1.0, 0.0, -1.0, 0.0]),
+                    ("gamma", gamma.clone()),
+                ],
+            ),
+            // Group norm, 2 groups of 2 channels, dy = 0 somewhere (exact zeros).
+            case(
+                GroupNormBackward,
+                Nchw,
+                &[1, 4, 1, 2],
+                dtype,
+                2,
+                WeightBias,
+                Standard,
+                0.0,
+                &[
+                    ("x", x.clone()),
+                    ("dy", vec![0.0, 0.0, 0.0, 0.0, 1.0, -1.0, 1.0, -1.0]),
+                    ("gamma", vec![1.0, 2.0, 0.5, 0.25]),
+                ],
+            ),
+            case(
+                GroupNorm,
+                Nhwc,
+                &[1, 1, 2, 4],
+                dtype,
+                4,
+                None,
+                Standard,
+                0.0,
+                &[("x", x.clone())],
+            ),
+        ];
+        for sc in &cases {
+            bad.extend(differs(sc));
+        }
+        // Midpoints and exact zeros are left to the exact path (the interval straddles a
+        // rounding boundary, or the value is too close to zero), never guessed: f16's four
+        // `y = 1 + 2^-11`, and the four `dx = 0` of the group whose `dy` is 0.
+        let took = |sc: &FamilySuiteCase| family_fast_counted(&sc.case).unwrap().1;
+        if dtype == Dtype::F16 {
+            assert!(took(&cases[0]) >= 4, "f16 midpoints: {}", took(&cases[0]));
+        }
+        assert!(took(&cases[5]) >= 4, "{dtype} zeros: {}", took(&cases[5]));
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
