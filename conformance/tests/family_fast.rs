@@ -80,7 +80,9 @@ proptest::proptest! {
     }
 }
 
-/// A case from its parts (inputs by name), at the core level.
+/// A case from its parts (inputs by name), at the core level; every field a parameter, as
+/// the hand cases below read best spelled out.
+#[allow(clippy::too_many_arguments)]
 fn case(
     op: FamilyOp,
     layout: FamilyLayout,

@@ -59,11 +59,13 @@ fn in_range(v: &[f64]) -> bool {
         .all(|&x| x == 0.0 || (x.is_finite() && x.abs() > 3.8e-121 && x.abs() < 2.5e120))
 }
 
-/// A cell's weight `w` exactly, as a double-double (`1 + gamma` is one).
+/// The affine parameters: a cell's weight `w` exactly, as a double-double (`1 + gamma` is
+/// one), and its bias.
 #[derive(Clone, Copy)]
 struct Weights<'a> {
     gamma: Option<&'a [f64]>,
     offset: bool,
+    beta: Option<&'a [f64]>,
 }
 
 impl Weights<'_> {
@@ -147,6 +149,7 @@ fn fast_outputs(
     let w = Weights {
         gamma,
         offset: case.convention == RmsConvention::Offset,
+        beta,
     };
     let rows = row_constants(&grouping, x, dy, w, centred, &eps)?;
     let act = format_of(case.dtype);
@@ -156,7 +159,7 @@ fn fast_outputs(
         None => {
             out.insert(
                 "y",
-                cells(&grouping, &rows, x, None, w, beta, act, fallbacks),
+                cells(&grouping, &rows, x, None, w, act, fallbacks),
             );
             if centred {
                 out.insert(
@@ -176,7 +179,7 @@ fn fast_outputs(
         Some(dy) => {
             out.insert(
                 "dx",
-                cells(&grouping, &rows, x, Some(dy), w, beta, act, fallbacks),
+                cells(&grouping, &rows, x, Some(dy), w, act, fallbacks),
             );
             if case.affine.has_weight() {
                 out.insert("dgamma", dgamma(&grouping, &rows, x, dy, param, fallbacks));
@@ -279,7 +282,6 @@ fn cells(
     x: &[f64],
     dy: Option<&[f64]>,
     w: Weights,
-    beta: Option<&[f64]>,
     f: FloatFormat,
     fallbacks: &AtomicU64,
 ) -> Vec<f64> {
@@ -300,7 +302,7 @@ fn cells(
                     let d_mag = x[i].abs() + mean_abs;
                     let (v, mag) = match dy {
                         None => {
-                            let b = beta.map_or(0.0, |b| b[p]);
+                            let b = w.beta.map_or(0.0, |b| b[p]);
                             let v = (d * wd) * r.rstd_dd;
                             (v.add_f64(b), wd.hi.abs() * d_mag * rstd_abs + b.abs())
                         }
@@ -316,7 +318,7 @@ fn cells(
                     let err = mag * 5.048709793414476e-29 + 9.332636185032189e-302;
                     decide(v, err, f).unwrap_or_else(|| {
                         fallbacks.fetch_add(1, Ordering::Relaxed);
-                        exact_cell(r, x[i], dy.map(|d| d[i]), w, p, beta, f)
+                        exact_cell(r, x[i], dy.map(|d| d[i]), w, p, f)
                     })
                 })
                 .collect()
@@ -339,13 +341,12 @@ fn exact_cell(
     dy: Option<f64>,
     w: Weights,
     p: usize,
-    beta: Option<&[f64]>,
     f: FloatFormat,
 ) -> f64 {
     let d = rat(x) - &r.mean;
     let v = match dy {
         None => {
-            let b = beta.map_or(Rational::zero(), |b| rat(b[p]));
+            let b = w.beta.map_or(Rational::zero(), |b| rat(b[p]));
             QSqrt::new(b, w.exact(p) * d / &r.q, r.q.clone())
         }
         Some(dy) => {
