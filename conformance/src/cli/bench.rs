@@ -22,6 +22,7 @@ use std::fmt::Write;
 use std::path::Path;
 use std::time::Instant;
 
+mod family;
 mod judge;
 
 /// Options of `bnconf bench`.
@@ -437,6 +438,13 @@ pub struct BenchArgs {
     /// Built-in kernel whose outputs `--judge` judges.
     #[arg(long, default_value = "twopass-native", requires = "judge")]
     pub judge_kernel: String,
+    /// The family table instead: layer_norm and rms_norm goldens (forward + backward, exact,
+    /// f32) against numpy float64 on `--family-shape` (numpy skipped with `--no-side-by-side`).
+    #[arg(long, conflicts_with = "judge")]
+    pub family: bool,
+    /// `ROWS,K` of `--family` (normalized over the last axis).
+    #[arg(long, value_delimiter = ',', default_value = "8192,4096")]
+    pub family_shape: Vec<usize>,
 }
 
 /// `bnconf bench`: print the report to stdout.
@@ -454,6 +462,18 @@ pub fn cli(a: &BenchArgs) -> Result<()> {
         if s.len() != 4 {
             return Err(ConfError::field("--shape", "needs N,C,H,W"));
         }
+    }
+    if a.family {
+        let fo = family::FamilyBenchOpts {
+            shape: a.family_shape.clone(),
+            seed: a.seed,
+            reps: a.reps,
+            python: opts.python.clone(),
+            threads: a.threads,
+        };
+        let table = bnconf::fast::with_threads(a.threads, || family::family_table(&fo))??;
+        print!("{table}");
+        return Ok(());
     }
     if a.judge {
         let table = judge::judge_table(&judge::JudgeBenchOpts {

@@ -136,6 +136,14 @@ impl DD {
         let (hi, lo) = two_sum(p, e);
         DD { hi, lo }
     }
+    /// `a * b` for an f64 `b` (the bound of [`DD::mul_by`] holds).
+    #[inline(always)]
+    pub fn mul_f64_by<P: Prod>(self, b: f64) -> DD {
+        let (p, e) = P::two_prod(self.hi, b);
+        let e = e + self.lo * b;
+        let (hi, lo) = two_sum(p, e);
+        DD { hi, lo }
+    }
 }
 
 impl std::ops::Mul for DD {

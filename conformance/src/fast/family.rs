@@ -27,7 +27,7 @@
 //! outside `[2^-400, 2^400]` in magnitude (exact products could underflow) and for `q ≤ 0`.
 
 use super::acc::SuperAcc;
-use super::dd::{dd_div_sqrt, dd_of_rational, DD};
+use super::dd::{dd_div_sqrt, dd_of_rational, Fused, Portable, Prod, DD};
 use super::eval::{decide_f32, decide_f64};
 use super::round::round_via_f64;
 use crate::par::*;
@@ -157,10 +157,7 @@ fn fast_outputs(
     let mut out = BTreeMap::new();
     match dy {
         None => {
-            out.insert(
-                "y",
-                cells(&grouping, &rows, x, None, w, act, fallbacks),
-            );
+            out.insert("y", cells(&grouping, &rows, x, None, w, act, fallbacks));
             if centred {
                 out.insert(
                     "mean",
@@ -238,11 +235,12 @@ fn row_constants(
                         if part == 0.0 {
                             continue;
                         }
+                        a.add_product(part, dy[i]);
                         let (p, e) = two_prod(part, dy[i]);
-                        a.add(p);
-                        a.add(e);
                         gx.add_product(p, x[i]);
-                        gx.add_product(e, x[i]);
+                        if e != 0.0 {
+                            gx.add_product(e, x[i]);
+                        }
                     }
                 }
                 let (a, gx) = (a.to_rational(), gx.to_rational());
@@ -271,11 +269,12 @@ fn row_constants(
 /// `a·b = p + e` exactly (inputs in range: no underflow or overflow).
 #[inline]
 fn two_prod(a: f64, b: f64) -> (f64, f64) {
-    <super::dd::Portable as super::dd::Prod>::two_prod(a, b)
+    <Portable as Prod>::two_prod(a, b)
 }
 
 /// Step 3: `y` (forward) or `dx` (backward) of every cell, rows in parallel, scattered into
-/// the layout's flat order.
+/// the layout's flat order (rows that are contiguous runs written in place).
+#[allow(clippy::too_many_arguments)]
 fn cells(
     g: &Grouping,
     rows: &[Row],
@@ -286,63 +285,145 @@ fn cells(
     fallbacks: &AtomicU64,
 ) -> Vec<f64> {
     let param = g.param_of();
-    let per_row: Vec<Vec<f64>> = g
-        .groups()
-        .par_iter()
-        .zip(rows.par_iter())
-        .map(|(cells, r)| {
-            let rstd_abs = r.rstd_dd.hi.abs();
-            let mean_abs = r.mean_dd.hi.abs();
-            cells
-                .iter()
-                .map(|&i| {
-                    let p = param[i];
-                    let wd = w.dd(p);
-                    let d = DD::from_f64(x[i]) + (-r.mean_dd);
-                    let d_mag = x[i].abs() + mean_abs;
-                    let (v, mag) = match dy {
-                        None => {
-                            let b = w.beta.map_or(0.0, |b| b[p]);
-                            let v = (d * wd) * r.rstd_dd;
-                            (v.add_f64(b), wd.hi.abs() * d_mag * rstd_abs + b.abs())
-                        }
-                        Some(dy) => {
-                            let t = wd * DD::from_f64(dy[i]) + (-r.a_k_dd) + (-(d * r.c_dd));
-                            let mag = wd.hi.abs() * dy[i].abs()
-                                + r.a_k_dd.hi.abs()
-                                + d_mag * r.c_dd.hi.abs();
-                            (t * r.rstd_dd, mag * rstd_abs)
-                        }
-                    };
-                    // 2^-94 of the magnitudes, and an absolute floor.
-                    let err = mag * 5.048709793414476e-29 + 9.332636185032189e-302;
-                    decide(v, err, f).unwrap_or_else(|| {
-                        fallbacks.fetch_add(1, Ordering::Relaxed);
-                        exact_cell(r, x[i], dy.map(|d| d[i]), w, p, f)
-                    })
-                })
-                .collect()
-        })
-        .collect();
+    let groups = g.groups();
     let mut out = vec![0.0; x.len()];
-    for (cells, vals) in g.groups().iter().zip(per_row) {
-        for (&i, v) in cells.iter().zip(vals) {
-            out[i] = v;
+    // Rows of one length, each a contiguous run in order (layout `last`): in place.
+    let k = groups.first().map_or(0, |c| c.len());
+    let contiguous = k > 0
+        && groups.len() * k == x.len()
+        && groups
+            .iter()
+            .enumerate()
+            .all(|(r, c)| c[0] == r * k && c[k - 1] == r * k + k - 1);
+    let run_row = |cells: &[usize], r: &Row, buf: &mut [f64]| {
+        let undecided = row_best(cells, param, r, x, dy, w, f, buf);
+        for j in undecided {
+            fallbacks.fetch_add(1, Ordering::Relaxed);
+            let i = cells[j];
+            buf[j] = exact_cell(r, x[i], dy.map(|d| d[i]), w, param[i], f);
+        }
+    };
+    if contiguous {
+        out.par_chunks_mut(k)
+            .zip(groups.par_iter().zip(rows.par_iter()))
+            .for_each(|(buf, (cells, r))| run_row(cells, r, buf));
+    } else {
+        let per_row: Vec<Vec<f64>> = groups
+            .par_iter()
+            .zip(rows.par_iter())
+            .map(|(cells, r)| {
+                let mut buf = vec![0.0; cells.len()];
+                run_row(cells, r, &mut buf);
+                buf
+            })
+            .collect();
+        for (cells, vals) in groups.iter().zip(per_row) {
+            for (&i, v) in cells.iter().zip(vals) {
+                out[i] = v;
+            }
         }
     }
     out
 }
 
+/// [`row_values`] with FMA where the CPU has it (bit-identical: the exact products are the
+/// same either way).
+#[allow(clippy::too_many_arguments)]
+fn row_best(
+    cells: &[usize],
+    param: &[usize],
+    r: &Row,
+    x: &[f64],
+    dy: Option<&[f64]>,
+    w: Weights,
+    f: FloatFormat,
+    out: &mut [f64],
+) -> Vec<usize> {
+    #[cfg(target_arch = "x86_64")]
+    if super::eval::use_fma() {
+        // SAFETY: the CPU supports AVX2 and FMA (checked at run time by use_fma).
+        return unsafe { row_fma(cells, param, r, x, dy, w, f, out) };
+    }
+    row_values::<Portable>(cells, param, r, x, dy, w, f, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+fn row_fma(
+    cells: &[usize],
+    param: &[usize],
+    r: &Row,
+    x: &[f64],
+    dy: Option<&[f64]>,
+    w: Weights,
+    f: FloatFormat,
+    out: &mut [f64],
+) -> Vec<usize> {
+    row_values::<Fused>(cells, param, r, x, dy, w, f, out)
+}
+
+/// One row's cell outputs into `out` (in the row's cell order), in double-double with the
+/// bound of the module docs; returns the positions the interval did not decide.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn row_values<P: Prod>(
+    cells: &[usize],
+    param: &[usize],
+    r: &Row,
+    x: &[f64],
+    dy: Option<&[f64]>,
+    w: Weights,
+    f: FloatFormat,
+    out: &mut [f64],
+) -> Vec<usize> {
+    // 2^-94 of the magnitudes, and an absolute floor.
+    const REL: f64 = 5.048709793414476e-29;
+    const FLOOR: f64 = 9.332636185032189e-302;
+    let rstd_abs = r.rstd_dd.hi.abs();
+    let mean_abs = r.mean_dd.hi.abs();
+    let neg_mean = -r.mean_dd;
+    let mut undecided = Vec::new();
+    match dy {
+        None => {
+            for (j, &i) in cells.iter().enumerate() {
+                let p = param[i];
+                let wd = w.dd(p);
+                let d = DD::from_f64(x[i]) + neg_mean;
+                let b = w.beta.map_or(0.0, |b| b[p]);
+                let v = d.mul_by::<P>(wd).mul_by::<P>(r.rstd_dd).add_f64(b);
+                let err =
+                    (wd.hi.abs() * (x[i].abs() + mean_abs) * rstd_abs + b.abs()) * REL + FLOOR;
+                match decide(v, err, f) {
+                    Some(y) => out[j] = y,
+                    None => undecided.push(j),
+                }
+            }
+        }
+        Some(dy) => {
+            let neg_a_k = -r.a_k_dd;
+            let a_k_abs = r.a_k_dd.hi.abs();
+            let c_abs = r.c_dd.hi.abs();
+            for (j, &i) in cells.iter().enumerate() {
+                let wd = w.dd(param[i]);
+                let d = DD::from_f64(x[i]) + neg_mean;
+                let t = wd.mul_f64_by::<P>(dy[i]) + neg_a_k + (-d.mul_by::<P>(r.c_dd));
+                let v = t.mul_by::<P>(r.rstd_dd);
+                let mag = wd.hi.abs() * dy[i].abs() + a_k_abs + (x[i].abs() + mean_abs) * c_abs;
+                let err = mag * rstd_abs * REL + FLOOR;
+                match decide(v, err, f) {
+                    Some(v) => out[j] = v,
+                    None => undecided.push(j),
+                }
+            }
+        }
+    }
+    undecided
+}
+
 /// One cell output by the exact path: `y = b + (w·(x − mean)/q)·sqrt(q)`,
 /// `dx = ((w·dy − A/K − (x − mean)·C)/q)·sqrt(q)`.
-fn exact_cell(
-    r: &Row,
-    x: f64,
-    dy: Option<f64>,
-    w: Weights,
-    p: usize,
-    f: FloatFormat,
-) -> f64 {
+fn exact_cell(r: &Row, x: f64, dy: Option<f64>, w: Weights, p: usize, f: FloatFormat) -> f64 {
     let d = rat(x) - &r.mean;
     let v = match dy {
         None => {
