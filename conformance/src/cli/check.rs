@@ -133,14 +133,16 @@ fn check_inner(
                         &out,
                     );
                 }
-                None if explicit => return Err(ConfError::field(
-                    "--family",
-                    format!(
+                None if explicit => {
+                    return Err(ConfError::field(
+                        "--family",
+                        format!(
                         "{}, but {} holds batch_norm's export (manifest.json has no \"family\")",
                         sel.family,
                         d.display()
                     ),
-                )),
+                    ))
+                }
                 None => {}
             }
         }

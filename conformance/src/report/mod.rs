@@ -375,7 +375,13 @@ pub fn human_report(ctx: &Context, max_details: usize) -> String {
                     }
                 }
                 None => {
-                    let _ = writeln!(s, "  {} {}{mark}", r.id, r.verdict.name());
+                    // no case to locate elements in (the family's reports): the verdict, and
+                    // why for a malformed one
+                    let why = match &r.verdict {
+                        Verdict::Malformed(w) => format!(" — {w}"),
+                        _ => String::new(),
+                    };
+                    let _ = writeln!(s, "  {} {}{why}{mark}", r.id, r.verdict.name());
                 }
             }
         }
