@@ -573,6 +573,37 @@ fn golden_on_family_case_files_is_the_suites_golden() {
         }
         Golden::Q(_) => panic!("dgamma is a sum of roots"),
     }
+    // an export in bf16+f32 (bf16 inputs as `<u2` bit patterns beside the case.json)
+    let eb = dir.join("export-bf16");
+    export(&eb, "rms_norm", "bf16+f32");
+    let bid = "rms_norm_backward.last.bf16+f32.gaussian";
+    let o = run(&[
+        "golden",
+        s(&eb.join(bid).join("case.json")),
+        "--formats",
+        "bf16,f32",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let prec = Precision {
+        act: FloatFormat::BF16,
+        param: FloatFormat::F32,
+    };
+    let c = family_suite(Family::RmsNorm, &[prec], bnconf::suite::DEFAULT_SEED)
+        .cases
+        .into_iter()
+        .find(|c| c.id == bid)
+        .unwrap();
+    let want = family_goldens(&c.case).unwrap();
+    match &want["dx"] {
+        Golden::Q(v) => {
+            let got = doc["outputs"]["dx"]["bf16"].as_array().unwrap();
+            for (g, w) in got.iter().zip(v) {
+                assert_eq!(g, &json!(round(w, FloatFormat::BF16).to_hex()));
+            }
+        }
+        Golden::Roots(_) => panic!("dx is in its rows' fields"),
+    }
     // --out-dir: every output's f64 and f32 npy and golden.json
     let gd = dir.join("gd");
     let o = run(&[
@@ -590,4 +621,38 @@ fn golden_on_family_case_files_is_the_suites_golden() {
         serde_json::from_str(&std::fs::read_to_string(gd.join("golden.json")).unwrap()).unwrap();
     assert_eq!(g["outputs"]["dgamma"]["shape"], json!([16]));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A batch_norm kernel leaves a family case unsupported and a family kernel a batch_norm case
+/// (or one of another family): nothing supported is exit 1, never a crash.
+#[test]
+fn kernels_leave_the_other_familys_cases_unsupported() {
+    let dir = tmpdir("cross");
+    export(&dir, "rms_norm", "f32");
+    kernel("twopass-native", &dir);
+    let o = check(&dir, &[]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains("0 conforming, 0 not conforming") && t.contains("unsupported"),
+        "{t}"
+    );
+    kernel("ln-twopass", &dir);
+    assert_eq!(check(&dir, &[]).status.code(), Some(1));
+    let bn = tmpdir("cross-bn");
+    let o = run(&[
+        "export",
+        "--ops",
+        "forward",
+        "--layouts",
+        "rows",
+        "--out",
+        s(&bn),
+    ]);
+    assert_eq!(o.status.code(), Some(0));
+    kernel("rms-twopass", &bn);
+    let o = check(&bn, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&bn);
 }

@@ -6,7 +6,8 @@
 //! its tensors. Every error names the field.
 
 use crate::error::{ConfError, Result};
-use crate::formats::case::{exact_scalar, read_input, Dtype as CaseDtype, InputLimits};
+use crate::formats::case::{exact_scalar, read_input, to_dtype, Dtype as CaseDtype, InputLimits};
+use crate::formats::npy::{read_npy_any, NpyData};
 use bnconf_impl::family::grouping::{group_dims, last_counts};
 use bnconf_impl::family::{
     is_family_activation, Affine, Family, FamilyCase, FamilyError, FamilyLayout, FamilyOp, Named,
@@ -346,11 +347,17 @@ pub fn parse_family_case(v: &Value, base: &Path, lim: &InputLimits) -> Result<Fa
     let inputs_v = v
         .get("inputs")
         .ok_or_else(|| ConfError::field("inputs", "missing"))?;
-    // An export's case.json lists its inputs' names: `<name>.npy` beside it.
+    // An export's case.json lists its inputs' names: `<name>.npy` beside it (bf16 as `<u2`
+    // bit patterns, as the export writes them).
     let listed: Option<Map<String, Value>> = inputs_v.as_array().map(|a| {
         a.iter()
             .filter_map(Value::as_str)
-            .map(|n| (n.to_string(), json!({"npy": format!("{n}.npy")})))
+            .map(|n| {
+                (
+                    n.to_string(),
+                    json!({"npy": format!("{n}.npy"), "listed": true}),
+                )
+            })
             .collect()
     });
     let inputs_o = match &listed {
@@ -391,7 +398,11 @@ pub fn parse_family_case(v: &Value, base: &Path, lim: &InputLimits) -> Result<Fa
         let shape = family_shape(case, name);
         let len = shape.iter().product::<usize>();
         let dt = CaseDtype::Float(format_of(case.dtype_of(name)));
-        let values = read_input(&field, val, base, &shape, len, dt, false, lim)?;
+        let values = if val.get("listed").is_some() {
+            read_listed(&field, &base.join(format!("{name}.npy")), &shape, dt, lim)?
+        } else {
+            read_input(&field, val, base, &shape, len, dt, false, lim)?
+        };
         // Float dtypes: every value is a rounded float, exactly an f64.
         floats.insert(
             name.to_string(),
@@ -445,4 +456,47 @@ pub fn family_case_echo(h: &FamilyHeader, inputs: Value) -> Value {
         o.insert(k.clone(), v.clone());
     }
     Value::Object(o)
+}
+
+/// An input of an export's case.json, `<name>.npy` beside it: any float npy, or bf16 as `<u2`
+/// bit patterns; of the tensor's shape; each value exact, in its dtype.
+fn read_listed(
+    field: &str,
+    path: &Path,
+    want: &[usize],
+    dt: CaseDtype,
+    lim: &InputLimits,
+) -> Result<Vec<QSqrt>> {
+    let f = format!("{field}.npy");
+    let (shape, data) =
+        read_npy_any(path, lim.max_elems).map_err(|e| ConfError::field(&f, e.to_string()))?;
+    if shape != want {
+        return Err(ConfError::field(
+            &f,
+            format!("{}: shape {shape:?}, expected {want:?}", path.display()),
+        ));
+    }
+    let bf16 = matches!(data, NpyData::U16(_));
+    if bf16 && dt != CaseDtype::Float(FloatFormat::BF16) {
+        return Err(ConfError::field(
+            &f,
+            format!(
+                "{}: uint16 data for a tensor that is not bf16",
+                path.display()
+            ),
+        ));
+    }
+    (0..data.len())
+        .map(|i| {
+            let x = if bf16 {
+                data.bf16_value(i)
+            } else {
+                data.get(i)
+            };
+            let r = f64_to_rational(x).ok_or_else(|| {
+                ConfError::field(format!("{field}[{i}]"), format!("non-finite value {x}"))
+            })?;
+            to_dtype(field, i, r, dt)
+        })
+        .collect()
 }
