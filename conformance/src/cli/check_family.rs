@@ -1,7 +1,8 @@
 //! `bnconf check --family F DIR` (or a family export's DIR, or `--exec`): judge what a kernel
 //! wrote for the normalization family's cases; print `run --family`'s table (one row per
 //! family: verdict and worst ratio per level and dtype), then the check report, the optional
-//! outputs the kernel did not give, and the summary; write `--report` / `--junit`; gate on
+//! outputs the kernel did not give, the diagnosis against the known-bad family kernels
+//! (`--no-diagnosis` skips it), and the summary; write `--report` / `--junit`; gate on
 //! `--expectations`. Exit codes as for batch_norm.
 
 use crate::ReportArgs;
@@ -30,8 +31,10 @@ pub(crate) fn judge(
         ));
     }
     protocol::family::verify_inputs(dir, s)?;
-    let judged = protocol::family::judge_dir(dir, s)?;
+    let judged = protocol::family::judge_dir(dir, s, !out.no_diagnosis)?;
     let results = &judged.results;
+    let diagnosis =
+        (!out.no_diagnosis).then(|| bnconf::judge::family::diagnose_family(&judged.failing));
     let gate = expectations.map(|e| bnconf::judge::gate::gate(e, results, out.require_all));
     let name = format!("family {}", fs.family);
     let dtype = fs.precision.static_name();
@@ -40,7 +43,7 @@ pub(crate) fn judge(
         dtype,
         results,
         cases: &[],
-        diagnosis: None,
+        diagnosis: diagnosis.as_deref(),
         gate: gate.as_ref(),
         shard: None,
         harness_failure: harness_failure.clone(),
@@ -84,7 +87,7 @@ pub(crate) fn judge(
         report::write_junit_report(p, &ctx)?;
     }
     if let Some(p) = &out.write_expectations {
-        let n = report::expectations::write(p, results, out.require_all, &[])?;
+        let n = report::expectations::write(p, results, out.require_all, ctx.diag())?;
         eprintln!("bnconf: wrote {n} expected failures to {}", p.display());
     }
     let sm = summarize(results);

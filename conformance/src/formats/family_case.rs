@@ -343,6 +343,17 @@ pub struct FamilyCaseFile {
 pub fn parse_family_case(v: &Value, base: &Path, lim: &InputLimits) -> Result<FamilyCaseFile> {
     let mut header = parse_family_header(v, lim, "")?;
     let case = &header.case;
+    // The exact path evaluates every cell: sized before any input is read.
+    let cells: usize = case.shape.iter().product();
+    if cells > lim.max_json_elems {
+        return Err(ConfError::field(
+            "shape",
+            format!(
+                "{:?} has {cells} elements, more than the exact path takes ({}, --max-json-elems)",
+                case.shape, lim.max_json_elems
+            ),
+        ));
+    }
     let wanted = case.op.inputs(case.affine);
     let inputs_v = v
         .get("inputs")

@@ -14,7 +14,7 @@ use crate::formats::family_case::{
 };
 use crate::formats::fsafe::read_regular_string;
 use crate::formats::npy::{read_npy_any, write_npy, NpyData};
-use crate::judge::family::{prepare_family_all, FamilyPrepared};
+use crate::judge::family::{prepare_family_all, FailingCase, FamilyPrepared};
 use crate::judge::verdict::{CaseResult, Verdict};
 use crate::par::*;
 use crate::suite::family::{family_goldens_exact, FamilySuite, FamilySuiteCase, Golden};
@@ -166,21 +166,28 @@ pub struct FamilyJudged {
     pub results: Vec<CaseResult>,
     /// `(case id, outputs not given)`, for the cases that left an optional output out.
     pub not_given: Vec<(String, Vec<&'static str>)>,
+    /// The failing cases (verdict `Fail`): the preparation, the outputs judged, the worst
+    /// ratio, when kept (for the diagnosis).
+    pub failing: Vec<FailingCase>,
 }
 
 /// Judge what a kernel wrote into `dir` for every case of `s` (a chunk of cases at a time:
-/// prepared, read, judged, dropped). The inputs are not verified here ([`verify_inputs`]).
-pub fn judge_dir(dir: &Path, s: &FamilySuite) -> Result<FamilyJudged> {
+/// prepared, read, judged, dropped; the failing cases kept when `keep_failing`). The inputs
+/// are not verified here ([`verify_inputs`]).
+pub fn judge_dir(dir: &Path, s: &FamilySuite, keep_failing: bool) -> Result<FamilyJudged> {
     let mut out = FamilyJudged::default();
     for chunk in s.cases.chunks(JUDGE_CHUNK_CASES) {
         let prepared = prepare_family_all(chunk)?;
-        let judged: Vec<(CaseResult, Vec<&'static str>)> = prepared
+        let judged: Vec<Judged1> = prepared
             .par_iter()
             .map(|p| judge_one(p, read_written(dir, &p.case)))
             .collect();
-        for (r, ng) in judged {
+        for (p, (r, ng, got)) in prepared.into_iter().zip(judged) {
             if !ng.is_empty() {
                 out.not_given.push((r.id.clone(), ng));
+            }
+            if let (true, Verdict::Fail, Some(got)) = (keep_failing, &r.verdict, got) {
+                out.failing.push((p, got, r.worst_ratio));
             }
             out.results.push(r);
         }
@@ -188,15 +195,22 @@ pub fn judge_dir(dir: &Path, s: &FamilySuite) -> Result<FamilyJudged> {
     Ok(out)
 }
 
-fn judge_one(p: &FamilyPrepared, w: FamilyWritten) -> (CaseResult, Vec<&'static str>) {
+/// One case judged: its result, the optional outputs not given, the outputs judged.
+type Judged1 = (
+    CaseResult,
+    Vec<&'static str>,
+    Option<BTreeMap<String, Vec<f64>>>,
+);
+
+fn judge_one(p: &FamilyPrepared, w: FamilyWritten) -> Judged1 {
     match w {
-        FamilyWritten::Unsupported(why) => (p.unsupported(&why), vec![]),
+        FamilyWritten::Unsupported(why) => (p.unsupported(&why), vec![], None),
         FamilyWritten::Malformed(why) => {
             let mut r = p.unsupported("");
             r.verdict = Verdict::Malformed(why);
-            (r, vec![])
+            (r, vec![], None)
         }
-        FamilyWritten::Outputs(got, ng) => (p.judge(&got), ng),
+        FamilyWritten::Outputs(got, ng) => (p.judge(&got), ng, Some(got)),
     }
 }
 
@@ -284,16 +298,6 @@ fn golden_of(
     let v = read_case_json(path, lim)?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let f = parse_family_case(&v, &base, lim)?;
-    let cells: usize = f.header.case.shape.iter().product();
-    if cells > lim.max_json_elems {
-        return Err(ConfError::field(
-            "shape",
-            format!(
-                "{:?} has {cells} elements, more than the exact path takes ({}, --max-json-elems)",
-                f.header.case.shape, lim.max_json_elems
-            ),
-        ));
-    }
     let g = family_goldens_exact(
         &f.header.case,
         &f.inputs,
