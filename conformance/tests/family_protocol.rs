@@ -654,3 +654,49 @@ fn kernels_leave_the_other_familys_cases_unsupported() {
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&bn);
 }
+
+/// A family export is reproducible byte for byte (the same seed, the same files).
+#[test]
+fn family_export_is_deterministic() {
+    let a = tmpdir("det-a");
+    let b = tmpdir("det-b");
+    export(&a, "all", "f16+f32");
+    export(&b, "all", "f16+f32");
+    let mut n = 0;
+    for e in std::fs::read_dir(&a).unwrap() {
+        let p = e.unwrap().path();
+        let rel = p.strip_prefix(&a).unwrap().to_path_buf();
+        if p.is_dir() {
+            for f in std::fs::read_dir(&p).unwrap() {
+                let f = f.unwrap().path();
+                let r = rel.join(f.file_name().unwrap());
+                assert_eq!(
+                    std::fs::read(&f).unwrap(),
+                    std::fs::read(b.join(&r)).unwrap(),
+                    "{r:?}"
+                );
+                n += 1;
+            }
+        } else {
+            assert_eq!(
+                std::fs::read(&p).unwrap(),
+                std::fs::read(b.join(&rel)).unwrap()
+            );
+        }
+    }
+    assert!(n > 200, "{n} files");
+    let m: Value =
+        serde_json::from_str(&std::fs::read_to_string(a.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(m["family"], json!("all"));
+    let ids: Vec<&str> = m["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    for op in ["layer_norm.", "rms_norm_backward.", "group_norm_backward."] {
+        assert!(ids.iter().any(|i| i.starts_with(op)), "{op}");
+    }
+    let _ = std::fs::remove_dir_all(&a);
+    let _ = std::fs::remove_dir_all(&b);
+}
