@@ -27,6 +27,69 @@ pub(crate) fn cmd_check(
     code
 }
 
+/// What `check --exec` ran: the directory judged, a harness failure (timeout), the work
+/// directory (removed on drop unless kept); or the exit code of an interrupted run.
+type Ran = Result<(PathBuf, Option<String>, protocol::exec::WorkDir), ExitCode>;
+
+/// `check --exec`: `export` the suite into the work directory (DIR, --keep-dir or a temporary
+/// one), run the kernel on it, say how it ended.
+fn exec_kernel(
+    d: Option<PathBuf>,
+    ex: ExecArgs,
+    export: impl FnOnce(&protocol::exec::WorkDir) -> Result<Option<i32>, ConfError>,
+) -> Result<Ran, ConfError> {
+    let keep = match (d, ex.keep_dir) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(ConfError::field(
+                "--keep-dir",
+                format!(
+                    "give DIR or --keep-dir, not both ({} and {})",
+                    a.display(),
+                    b.display()
+                ),
+            ))
+        }
+        (a, b) => a.or(b),
+    };
+    let work = match &keep {
+        Some(k) => protocol::exec::WorkDir::kept(k)?,
+        None => protocol::exec::WorkDir::temporary()?,
+    };
+    let tmp = work.path().to_path_buf();
+    if let Some(sig) = export(&work)? {
+        drop(work);
+        return Ok(Err(ExitCode::from((128 + sig).clamp(0, 255) as u8)));
+    }
+    let mut harness_failure = None;
+    let shown = format!("`{}` on {}", ex.opts.cmd, tmp.display());
+    match protocol::exec::run(&ex.opts, &tmp)? {
+        protocol::exec::Outcome::Exited(status) if !status.success() => {
+            eprintln!("bnconf: warning: {shown} exited with {status}; judging what it wrote");
+        }
+        protocol::exec::Outcome::Exited(_) => {}
+        protocol::exec::Outcome::TimedOut(t) => {
+            let msg = format!(
+                "kernel timed out after {} (--timeout): killed its process group; {shown}",
+                protocol::exec::seconds(t)
+            );
+            eprintln!("bnconf: {msg}; judging what it wrote");
+            harness_failure = Some(msg);
+        }
+        protocol::exec::Outcome::Interrupted(sig) => {
+            drop(work);
+            eprintln!("bnconf: interrupted by signal {sig}: killed the kernel's process group, removed the temporary directory");
+            return Ok(Err(ExitCode::from((128 + sig).clamp(0, 255) as u8)));
+        }
+    }
+    if keep.is_some() {
+        eprintln!(
+            "bnconf: kept the suite directory and the kernel's outputs in {}",
+            tmp.display()
+        );
+    }
+    Ok(Ok((tmp, harness_failure, work)))
+}
+
 fn check_inner(
     dir: Option<PathBuf>,
     exec: Option<ExecArgs>,
@@ -39,6 +102,66 @@ fn check_inner(
         Some(p) => Some(bnconf::judge::gate::read(p)?),
         None => None,
     };
+    // The normalization family: `--family F`, or a directory whose manifest says `family`.
+    let explicit = sel.family != "batch_norm";
+    match (&dir, &exec) {
+        (Some(d), None) => {
+            if explicit {
+                // a bad --family is exit 2 before the directory is read
+                sel.family_selection()?;
+            }
+            match protocol::family::regenerate(d)? {
+                Some((fs, s)) => {
+                    if explicit && fs.family != sel.family {
+                        return Err(ConfError::field(
+                            "--family",
+                            format!(
+                                "{}, but {} holds family {} (manifest.json)",
+                                sel.family,
+                                d.display(),
+                                fs.family
+                            ),
+                        ));
+                    }
+                    no_family_shard(shard)?;
+                    return crate::check_family::judge(
+                        d,
+                        &fs,
+                        &s,
+                        None,
+                        expectations.as_ref(),
+                        &out,
+                    );
+                }
+                None if explicit => {
+                    return Err(ConfError::field(
+                        "--family",
+                        format!(
+                        "{}, but {} holds batch_norm's export (manifest.json has no \"family\")",
+                        sel.family,
+                        d.display()
+                    ),
+                    ))
+                }
+                None => {}
+            }
+        }
+        (_, Some(_)) if explicit => {
+            let fs = sel.family_selection()?;
+            no_family_shard(shard)?;
+            let s = fs.generate();
+            let ex = exec.expect("matched");
+            let ran = exec_kernel(dir, ex, |work| {
+                protocol::exec::export_with(work, |d| protocol::family::export(&fs, &s, d))
+            })?;
+            let (tmp, failure, _work) = match ran {
+                Ok(r) => r,
+                Err(code) => return Ok(code),
+            };
+            return crate::check_family::judge(&tmp, &fs, &s, failure, expectations.as_ref(), &out);
+        }
+        _ => {}
+    }
     let mut harness_failure = None;
     let (s, dtype, dir, shard, _work) = match (dir, exec) {
         (Some(d), None) => {
@@ -61,58 +184,16 @@ fn check_inner(
             (s, dtype, d, recorded.or(shard), None)
         }
         (d, Some(ex)) => {
-            let keep = match (d, ex.keep_dir) {
-                (Some(a), Some(b)) if a != b => {
-                    return Err(ConfError::field(
-                        "--keep-dir",
-                        format!(
-                            "give DIR or --keep-dir, not both ({} and {})",
-                            a.display(),
-                            b.display()
-                        ),
-                    ))
-                }
-                (a, b) => a.or(b),
-            };
             let sel = sel.selection(shard)?;
             let (s, dtype, filter) = (sel.generate(), sel.precision, sel.filter);
-            let work = match &keep {
-                Some(k) => protocol::exec::WorkDir::kept(k)?,
-                None => protocol::exec::WorkDir::temporary()?,
+            let ran = exec_kernel(d, ex, |work| {
+                protocol::exec::export_into(work, &s, dtype, &filter, shard)
+            })?;
+            let (tmp, failure, work) = match ran {
+                Ok(r) => r,
+                Err(code) => return Ok(code),
             };
-            let tmp = work.path().to_path_buf();
-            if let Some(sig) = protocol::exec::export_into(&work, &s, dtype, &filter, shard)? {
-                drop(work);
-                return Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8));
-            }
-            let shown = format!("`{}` on {}", ex.opts.cmd, tmp.display());
-            match protocol::exec::run(&ex.opts, &tmp)? {
-                protocol::exec::Outcome::Exited(status) if !status.success() => {
-                    eprintln!(
-                        "bnconf: warning: {shown} exited with {status}; judging what it wrote"
-                    );
-                }
-                protocol::exec::Outcome::Exited(_) => {}
-                protocol::exec::Outcome::TimedOut(t) => {
-                    let msg = format!(
-                        "kernel timed out after {} (--timeout): killed its process group; {shown}",
-                        protocol::exec::seconds(t)
-                    );
-                    eprintln!("bnconf: {msg}; judging what it wrote");
-                    harness_failure = Some(msg);
-                }
-                protocol::exec::Outcome::Interrupted(sig) => {
-                    drop(work);
-                    eprintln!("bnconf: interrupted by signal {sig}: killed the kernel's process group, removed the temporary directory");
-                    return Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8));
-                }
-            }
-            if keep.is_some() {
-                eprintln!(
-                    "bnconf: kept the suite directory and the kernel's outputs in {}",
-                    tmp.display()
-                );
-            }
+            harness_failure = failure;
             (s, dtype, tmp, shard, Some(work))
         }
         (None, None) => return Err(ConfError::field("check", "give a suite DIR or --exec CMD")),
@@ -229,4 +310,15 @@ fn finish(
     } else {
         ExitCode::from(1)
     })
+}
+
+/// `--shard` is batch_norm's: the family suites are not sharded.
+fn no_family_shard(shard: Option<bnconf::suite::shard::Shard>) -> Result<(), ConfError> {
+    match shard {
+        Some(_) => Err(ConfError::field(
+            "--shard",
+            "not available with --family (the family suites are not sharded)",
+        )),
+        None => Ok(()),
+    }
 }

@@ -14,6 +14,9 @@ pub(crate) fn export(
     shard: Option<bnconf::suite::shard::Shard>,
     format: String,
 ) -> Result<ExitCode, ConfError> {
+    if sel.family != "batch_norm" {
+        return export_family(&sel, out, shard, &format);
+    }
     let sel = sel.selection(shard)?;
     let (s, dtype, filter) = (sel.generate(), sel.precision, sel.filter);
     match format.as_str() {
@@ -64,6 +67,40 @@ fn export_onnx(
         out.display(),
         w.unsupported.len(),
         s.excluded.len() + w.excluded.len()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `export --family F`: the family suite in the kernel directory protocol (FORMAT.md "Added in
+/// bnconf 0.4: the normalization family in the protocol").
+fn export_family(
+    sel: &SuiteArgs,
+    out: PathBuf,
+    shard: Option<bnconf::suite::shard::Shard>,
+    format: &str,
+) -> Result<ExitCode, ConfError> {
+    let fs = sel.family_selection()?;
+    if shard.is_some() {
+        return Err(ConfError::field(
+            "--shard",
+            "not available with --family (the family suites are not sharded)",
+        ));
+    }
+    if format != "protocol" {
+        return Err(ConfError::field(
+            "--format",
+            format!("{format:?} is not yet available for the normalization family (protocol)"),
+        ));
+    }
+    let s = fs.generate();
+    protocol::family::export(&fs, &s, &out)?;
+    eprintln!(
+        "bnconf: wrote {} cases of family {} ({}) to {} ({} excluded as ill-posed or non-discriminating: manifest.json says which)",
+        s.cases.len(),
+        fs.family,
+        fs.precision.name(),
+        out.display(),
+        s.excluded.len()
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -14,6 +14,7 @@ use std::process::ExitCode;
 
 mod bench;
 mod check;
+mod check_family;
 mod export;
 mod golden;
 mod kernel;
@@ -118,7 +119,7 @@ enum Cmd {
         dir: Option<PathBuf>,
         /// Judge this case file (`bnconf-case/1`, inputs inline or `{"npy": "path.npy"}`)
         /// instead of a suite: against the kernel's outputs in --outputs DIR.
-        #[arg(long, value_name = "CASE.json", requires = "outputs", conflicts_with_all = ["dir", "exec", "shard", "suite", "dtype", "seed", "ops", "layouts"])]
+        #[arg(long, value_name = "CASE.json", requires = "outputs", conflicts_with_all = ["dir", "exec", "shard", "suite", "dtype", "seed", "ops", "layouts", "family"])]
         case: Option<PathBuf>,
         /// With --case: the directory holding the kernel's outputs, `<output>.npy` each (case
         /// dtype, the output's shape).
@@ -157,6 +158,10 @@ enum Cmd {
         name: Option<String>,
         /// Suite directory to fill.
         dir: Option<PathBuf>,
+        /// With --list: the normalization family's kernels instead (`layer_norm`, `rms_norm`,
+        /// `group_norm` or `all`). NAME may name a family kernel without it.
+        #[arg(long, requires = "list")]
+        family: Option<String>,
     },
     /// The default suite against every built-in kernel: a table kernel × level.
     Run {
@@ -232,9 +237,25 @@ struct SuiteArgs {
     /// Only these layouts (comma-separated).
     #[arg(long, value_delimiter = ',')]
     layouts: Vec<String>,
+    /// The family: `batch_norm` (the suites above), `layer_norm`, `rms_norm`, `group_norm`
+    /// (their family suites; `--suite default` only), or `all` (the three family suites).
+    #[arg(long, default_value = "batch_norm")]
+    family: String,
 }
 
 impl SuiteArgs {
+    /// The family selection these flags make (`--family` other than `batch_norm`).
+    fn family_selection(&self) -> Result<suite::family_select::FamilySelection, ConfError> {
+        suite::family_select::FamilySelection::from_names(
+            &self.family,
+            &self.suite,
+            &self.dtype,
+            self.seed,
+            &self.ops,
+            &self.layouts,
+        )
+    }
+
     /// The selection these flags make (only `shard` of it, if given); errors name the flag.
     fn selection(&self, shard: Option<suite::shard::Shard>) -> Result<suite::Selection, ConfError> {
         let mut sel = suite::Selection::from_names(
@@ -311,14 +332,40 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
                     )
                 })?);
             }
+            let lim = limits.limits();
+            // A normalization-family case file (its `op` is not batch_norm's): its own golden.
+            let family = |e: ConfError| -> Result<(), ConfError> {
+                match &e {
+                    ConfError::Field { field, .. }
+                        if field == "op"
+                            && protocol::family::is_family_case_file(&case, &lim)
+                                .unwrap_or(false) =>
+                    {
+                        Ok(())
+                    }
+                    _ => Err(e),
+                }
+            };
             if let Some(dir) = &out_dir {
                 // All or nothing: a failure leaves no file in DIR (staged, then moved).
-                bnconf::formats::atomic::write_dir_atomic(dir, |stage| {
-                    bnconf::fast::golden_to_dir(&case, &limits.limits(), stage, &fast.options())
-                })?;
+                let bn = bnconf::formats::atomic::write_dir_atomic(dir, |stage| {
+                    bnconf::fast::golden_to_dir(&case, &lim, stage, &fast.options())
+                });
+                if let Err(e) = bn {
+                    family(e)?;
+                    bnconf::formats::atomic::write_dir_atomic(dir, |stage| {
+                        protocol::family::golden_to_dir(&case, &lim, stage)
+                    })?;
+                }
                 return Ok(ExitCode::SUCCESS);
             }
-            let doc = bnconf::fast::golden_doc(&case, &limits.limits(), &fmts, &fast.options())?;
+            let doc = match bnconf::fast::golden_doc(&case, &lim, &fmts, &fast.options()) {
+                Ok(doc) => doc,
+                Err(e) => {
+                    family(e)?;
+                    protocol::family::golden_doc(&case, &lim, &fmts)?
+                }
+            };
             let text = serde_json::to_string_pretty(&doc).expect("serializable") + "\n";
             match output {
                 Some(p) => bnconf::formats::atomic::write_bytes(&p, text.as_bytes())?,
@@ -373,7 +420,12 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
             });
             check::cmd_check(dir, exec, shard, sel, out)
         }
-        Cmd::Kernel { list, name, dir } => kernel::kernel(list, name, dir),
+        Cmd::Kernel {
+            list,
+            name,
+            dir,
+            family,
+        } => kernel::kernel(list, name, dir, family),
         Cmd::Run {
             suite,
             dtypes,

@@ -467,7 +467,11 @@ fn literal(v: &Value) -> Option<String> {
 }
 
 /// A scalar field (`eps`, `momentum`): its literal as written and its exact value.
-fn exact_scalar(field: &str, v: &Value, lim: &InputLimits) -> Result<(String, Rational)> {
+pub(crate) fn exact_scalar(
+    field: &str,
+    v: &Value,
+    lim: &InputLimits,
+) -> Result<(String, Rational)> {
     let text = literal(v)
         .ok_or_else(|| ConfError::field(field, "must be a number or a numeric string"))?;
     let value = parse_rational_with(&text, &lim.number)

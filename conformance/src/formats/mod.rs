@@ -5,6 +5,7 @@
 
 pub mod atomic;
 pub mod case;
+pub mod family_case;
 pub mod fsafe;
 pub mod golden;
 pub mod npy;

@@ -5,6 +5,7 @@
 //! (`mean`, `rstd`) judged only when returned, a missing required output malformed. Results
 //! are the checker's [`CaseResult`]/[`OutputResult`].
 
+use crate::judge::diagnosis::Diagnosis;
 use crate::judge::verdict::{allowed_rel, CaseResult, OutputResult, Verdict};
 use crate::par::*;
 use crate::precision::budget::ElementBudget;
@@ -270,6 +271,104 @@ pub fn run_family_kernel(
             Err(Unsupported(why)) => p.unsupported(&why),
         })
         .collect()
+}
+
+/// Whether a known-bad family kernel's outputs `theirs` reproduce a kernel's outputs `ours`
+/// on case `p`, as `judge::diagnosis::reproduces` decides it for batch_norm: on every output
+/// both have (at least one), every element within `2k` budgets of theirs, and the farthest
+/// within half of the kernel's worst ratio.
+pub fn reproduces_family(
+    p: &FamilyPrepared,
+    ours: &BTreeMap<String, Vec<f64>>,
+    theirs: &BTreeMap<String, Vec<f64>>,
+    worst: f64,
+) -> bool {
+    let (mut far, mut compared) = (0f64, 0usize);
+    for (&name, budgets) in &p.budgets.outputs {
+        let (Some(a), Some(b)) = (ours.get(name), theirs.get(name)) else {
+            continue;
+        };
+        if a.len() != b.len() || a.len() != budgets.len() {
+            return false;
+        }
+        let tol = 2.0 * p.budgets.gate[name];
+        let u = format_of(p.case.case.dtype_of(name)).unit_roundoff();
+        for ((&x, &y), b) in a.iter().zip(b).zip(budgets) {
+            let d = if x.is_nan() && y.is_nan() || x == y {
+                0.0
+            } else if !x.is_finite() || !y.is_finite() {
+                return false;
+            } else {
+                let total = b.total(u);
+                if total.is_infinite() {
+                    0.0
+                } else if total.is_nan() || total <= 0.0 {
+                    return false;
+                } else {
+                    (x - y).abs() / (u * total)
+                }
+            };
+            if d.is_nan() || d > tol {
+                return false;
+            }
+            far = far.max(d);
+        }
+        compared += 1;
+    }
+    let worst = if worst.is_nan() { f64::INFINITY } else { worst };
+    compared > 0 && far <= worst / 2.0
+}
+
+/// A failing family case: its preparation, the outputs judged, its worst ratio.
+pub type FailingCase = (FamilyPrepared, BTreeMap<String, Vec<f64>>, f64);
+
+/// The diagnosis of failing family cases (each with the outputs judged and its worst ratio)
+/// against every known-bad family kernel: the kernels that fail a case themselves and
+/// reproduce its outputs ([`reproduces_family`]), most cases first.
+pub fn diagnose_family(failing: &[FailingCase]) -> Vec<Diagnosis> {
+    if failing.is_empty() {
+        return vec![];
+    }
+    let bad: Vec<Box<dyn FamilyKernel>> = bnconf_impl::family::all_family_kernels()
+        .into_iter()
+        .filter(|k| k.expected() == bnconf_impl::Expected::KnownBad)
+        .collect();
+    let matches: Vec<Vec<bool>> = failing
+        .par_iter()
+        .map(|(p, ours, worst)| {
+            bad.iter()
+                .map(|k| match k.run(&p.case.case) {
+                    Ok(theirs) => {
+                        p.judge(&theirs).verdict == Verdict::Fail
+                            && reproduces_family(p, ours, &theirs, *worst)
+                    }
+                    Err(_) => false,
+                })
+                .collect()
+        })
+        .collect();
+    let mut out: Vec<Diagnosis> = bad
+        .iter()
+        .enumerate()
+        .map(|(j, k)| {
+            let cases: Vec<String> = failing
+                .iter()
+                .zip(&matches)
+                .filter(|(_, m)| m[j])
+                .map(|((p, _, _), _)| p.case.id.clone())
+                .collect();
+            Diagnosis {
+                kernel: k.name().to_string(),
+                matched: cases.len(),
+                failing: failing.len(),
+                description: k.description().to_string(),
+                cases,
+            }
+        })
+        .filter(|d| d.matched > 0)
+        .collect();
+    out.sort_by_key(|d| std::cmp::Reverse(d.matched));
+    out
 }
 
 #[cfg(test)]

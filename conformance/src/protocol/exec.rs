@@ -188,14 +188,20 @@ pub fn export_into(
     filter: &crate::suite::Filter,
     shard: Option<crate::suite::shard::Shard>,
 ) -> Result<Option<i32>> {
-    EXPORTING.store(true, Ordering::SeqCst);
-    let r = (|| {
-        super::export(s, dtype, filter, work.path())?;
+    export_with(work, |dir| {
+        super::export(s, dtype, filter, dir)?;
         if let Some(sh) = shard {
-            crate::suite::shard::record_in_manifest(work.path(), sh)?;
+            crate::suite::shard::record_in_manifest(dir, sh)?;
         }
         Ok(())
-    })();
+    })
+}
+
+/// [`export_into`] with any export (`write` fills the work directory, e.g. a family suite's):
+/// a signal during it cleans up as during [`export_into`]; `Some(signal)` if one came.
+pub fn export_with(work: &WorkDir, write: impl FnOnce(&Path) -> Result<()>) -> Result<Option<i32>> {
+    EXPORTING.store(true, Ordering::SeqCst);
+    let r = write(work.path());
     EXPORTING.store(false, Ordering::SeqCst);
     r.map(|()| interrupted())
 }

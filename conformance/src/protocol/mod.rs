@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 pub mod exec;
+pub mod family;
 pub mod onnx_export;
 pub mod replicated;
 pub mod stablehlo;
@@ -361,6 +362,17 @@ pub fn run_kernel_dir(kernel: &dyn bnconf_impl::Kernel, dir: &Path) -> Result<us
     for id in &ids {
         let cd = dir.join(id);
         let v = case_value(&cd)?;
+        if crate::formats::family_case::is_family_case(&v) {
+            // A normalization-family case: only a family kernel runs it.
+            let out = cd.join("out");
+            std::fs::create_dir_all(&out).map_err(|e| ConfError::io(&out, e))?;
+            let why = format!(
+                "{} is a batch_norm kernel (the case is of the normalization family)",
+                kernel.name()
+            );
+            write_bytes(&out.join("unsupported"), why.as_bytes())?;
+            continue;
+        }
         if v.get("ranks").is_some() {
             // A replicated case: its inputs are in rank<r>/, and only a replicated kernel
             // (`bnconf kernel --list`) runs it.

@@ -141,10 +141,33 @@ impl<'a> Context<'a> {
 }
 
 fn op_index(op: &str) -> usize {
+    use bnconf_impl::family::Named;
+    // batch_norm's ops, then the normalization family's
     bnconf_spec::Op::ALL
         .iter()
         .position(|o| o.name() == op)
+        .or_else(|| {
+            bnconf_impl::family::FamilyOp::ALL
+                .iter()
+                .position(|o| o.name() == op)
+                .map(|i| bnconf_spec::Op::ALL.len() + i)
+        })
         .unwrap_or(usize::MAX)
+}
+
+/// The table order of a layout: batch_norm's, then the normalization family's others.
+fn layout_index(layout: &str) -> usize {
+    use bnconf_impl::family::Named;
+    bnconf_spec::Layout::ALL
+        .iter()
+        .position(|l| l.name() == layout)
+        .or_else(|| {
+            bnconf_impl::family::FamilyLayout::ALL
+                .iter()
+                .position(|l| l.name() == layout)
+                .map(|i| bnconf_spec::Layout::ALL.len() + i)
+        })
+        .unwrap_or(0)
 }
 
 /// The cases of one (op, class): `((op, class), cases)`.
@@ -273,10 +296,7 @@ pub fn human_report(ctx: &Context, max_details: usize) -> String {
     let results = ctx.results;
     let mut groups: BTreeMap<(usize, usize, usize), Vec<&CaseResult>> = BTreeMap::new();
     for r in results {
-        let li = bnconf_spec::Layout::ALL
-            .iter()
-            .position(|l| l.name() == r.layout)
-            .unwrap_or(0);
+        let li = layout_index(r.layout);
         groups
             .entry((op_index(r.op), li, r.level as usize))
             .or_default()
@@ -291,9 +311,16 @@ pub fn human_report(ctx: &Context, max_details: usize) -> String {
             results.len()
         );
     }
+    // batch_norm's ops fit 14 columns; the family's longer names widen the column
+    let ow = results
+        .iter()
+        .map(|r| r.op.len())
+        .max()
+        .unwrap_or(0)
+        .max(14);
     let _ = writeln!(
         s,
-        "{:<14} {:<7} {:<13} {:>6} {:>6} {:>6} {:>6} {:>10}  verdict",
+        "{:<ow$} {:<7} {:<13} {:>6} {:>6} {:>6} {:>6} {:>10}  verdict",
         "op", "layout", "level", "cases", "pass", "fail", "unsup", "worst"
     );
     for rs in groups.values() {
@@ -308,7 +335,7 @@ pub fn human_report(ctx: &Context, max_details: usize) -> String {
         };
         let _ = writeln!(
             s,
-            "{:<14} {:<7} {:<13} {:>6} {:>6} {:>6} {:>6} {:>10}  {verdict}",
+            "{:<ow$} {:<7} {:<13} {:>6} {:>6} {:>6} {:>6} {:>10}  {verdict}",
             r0.op,
             r0.layout,
             r0.level.name(),
@@ -348,7 +375,13 @@ pub fn human_report(ctx: &Context, max_details: usize) -> String {
                     }
                 }
                 None => {
-                    let _ = writeln!(s, "  {} {}{mark}", r.id, r.verdict.name());
+                    // no case to locate elements in (the family's reports): the verdict, and
+                    // why for a malformed one
+                    let why = match &r.verdict {
+                        Verdict::Malformed(w) => format!(" — {w}"),
+                        _ => String::new(),
+                    };
+                    let _ = writeln!(s, "  {} {}{why}{mark}", r.id, r.verdict.name());
                 }
             }
         }

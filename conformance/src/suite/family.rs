@@ -382,14 +382,26 @@ fn exact(v: f64) -> QSqrt {
 
 /// Every output of the case (optional ones included), exact, from spec's F1–F6.
 pub fn family_goldens(case: &FamilyCase) -> Result<BTreeMap<&'static str, Golden>, SpecError> {
-    let read = |n: &str| {
-        case.inputs
-            .get(n)
-            .map(|v| v.iter().map(|&e| exact(e)).collect::<Vec<_>>())
-    };
+    let inputs: BTreeMap<String, Vec<QSqrt>> = case
+        .inputs
+        .iter()
+        .map(|(n, v)| (n.clone(), v.iter().map(|&e| exact(e)).collect()))
+        .collect();
+    family_goldens_exact(case, &inputs, &exact(case.eps))
+}
+
+/// [`family_goldens`] of exact inputs and an exact `eps` (a case file's, `bnconf golden`):
+/// the op, shape, grouping, affine and convention are `case`'s (its f64 inputs and eps are
+/// not read).
+pub fn family_goldens_exact(
+    case: &FamilyCase,
+    inputs: &BTreeMap<String, Vec<QSqrt>>,
+    eps: &QSqrt,
+) -> Result<BTreeMap<&'static str, Golden>, SpecError> {
+    let read = |n: &str| inputs.get(n).cloned();
     let x = read("x").unwrap_or_default();
     let (gamma, beta) = (read("gamma"), read("beta"));
-    let eps = exact(case.eps);
+    let eps = eps.clone();
     let inp = spec::Inputs {
         x: &x,
         gamma: gamma.as_deref(),

@@ -18,6 +18,7 @@ pub mod case;
 pub mod classes;
 pub mod discriminating;
 pub mod family;
+pub mod family_select;
 pub mod family_sharp;
 pub mod generate;
 pub mod ill_posed;
