@@ -28,8 +28,24 @@ AXES = {
     "nhwc": (3, (0, 1, 2)),
 }
 
-# Outputs of shape [C] (per channel): with a mixed dtype they are in the param dtype.
-PER_CHANNEL_OUTPUTS = frozenset({"mean", "var", "m2", "dgamma", "dbeta", "new_mean", "new_var"})
+# The normalization family's channel layouts (group_norm): (axis of the channel, spatial axes).
+FAMILY_CHANNEL_AXES = {
+    "nc": (1, ()),
+    "ncl": (1, (2,)),
+    "nchw": (1, (2, 3)),
+    "ncdhw": (1, (2, 3, 4)),
+    "nhwc": (3, (1, 2)),
+    "ndhwc": (4, (1, 2, 3)),
+}
+
+#: The op families (``family=``): batch_norm (the default) and the normalization family.
+FAMILIES = ("batch_norm", "layer_norm", "rms_norm", "group_norm")
+
+# Outputs in the param dtype with a mixed dtype (batch_norm's per-channel outputs; the
+# family's statistics and parameter gradients).
+PER_CHANNEL_OUTPUTS = frozenset(
+    {"mean", "var", "m2", "dgamma", "dbeta", "new_mean", "new_var", "rstd"}
+)
 
 
 class Unsupported(Exception):
@@ -47,6 +63,15 @@ class Case:
     kernel must return), ``momentum`` (float or None), ``convention`` ("pytorch" / "onnx" or
     None), ``id``, ``level``, ``class_`` (alias ``klass``), ``target``, ``json`` (raw case.json),
     and for convenience ``channel_axis`` and ``reduce_axes`` of the layout.
+
+    The normalization family (``family`` "layer_norm", "rms_norm", "group_norm"; "batch_norm"
+    otherwise) adds ``normalized_ndim`` (layout "last": the trailing axes normalized),
+    ``groups`` (group_norm), ``affine`` ("weight_bias", "weight", "none"), ``convention``
+    (rms_norm: "standard" or "offset", ``y = (1 + gamma)·xhat``) and ``optional_outputs`` (the
+    outputs a kernel may leave out: ``mean``, ``rstd``). Its ``reduce_axes`` are the axes a
+    statistic reduces over: the last ``normalized_ndim`` axes (layout "last"), or the channel
+    and spatial axes of a group_norm layout (each statistic over the ``C/groups`` channels of
+    its group); ``channel_axis`` is group_norm's channel axis (None for "last").
     """
 
     def __init__(self, j: Dict[str, Any], inputs: Dict[str, np.ndarray]):
@@ -72,7 +97,21 @@ class Case:
         self.class_: Optional[str] = j.get("class")
         self.klass = self.class_
         self.target: Optional[str] = j.get("target")
-        self.channel_axis, self.reduce_axes = AXES.get(self.layout, (None, None))
+        self.family: str = j.get("family") or "batch_norm"
+        self.normalized_ndim: Optional[int] = j.get("normalized_ndim")
+        self.groups: Optional[int] = j.get("groups")
+        self.affine: Optional[str] = j.get("affine")
+        self.optional_outputs = list(j.get("optional_outputs") or [])
+        if self.family == "batch_norm":
+            self.channel_axis, self.reduce_axes = AXES.get(self.layout, (None, None))
+        elif self.layout == "last":
+            k = int(self.normalized_ndim or 0)
+            nd = len(self.shape)
+            self.channel_axis, self.reduce_axes = None, tuple(range(nd - k, nd))
+        else:
+            c, spatial = FAMILY_CHANNEL_AXES.get(self.layout, (None, ()))
+            self.channel_axis = c
+            self.reduce_axes = None if c is None else tuple(sorted((c, *spatial)))
 
     def output_dtype(self, name: str) -> str:
         """bnconf dtype the output ``name`` is written in."""
@@ -171,6 +210,7 @@ def check(
     ops: Optional[Union[str, Iterable[str]]] = None,
     layouts: Optional[Union[str, Iterable[str]]] = None,
     *,
+    family: str = "batch_norm",
     seed: Optional[int] = None,
     require_all: bool = False,
     in_process: Optional[bool] = None,
@@ -191,12 +231,30 @@ def check(
     per rank by the binary) and when ``BNCONF_BIN`` names a binary (that binary judges). Both
     give the same report.
 
-    Raises ValueError when bnconf refuses the suite, dtype, ops or layouts (its message),
-    RuntimeError when the harness itself fails (exit 2, with bnconf's stderr).
+    ``family``: "batch_norm" (the default), "layer_norm", "rms_norm", "group_norm" or "all" —
+    the normalization family's suites (the cases of ``bnconf run --family``; their
+    :class:`Case` has the family's fields). A family kernel returns the outputs it computes;
+    ``mean`` and ``rstd`` are optional (judged when returned). The family is judged through
+    the binary (``in_process=True`` raises ValueError for it).
+
+    Raises ValueError when bnconf refuses the family, suite, dtype, ops or layouts (its
+    message), RuntimeError when the harness itself fails (exit 2, with bnconf's stderr).
     """
     if not callable(kernel):
         raise TypeError(f"kernel must be callable (case -> dict of arrays or None), not {kernel!r}")
+    family = str(family)
+    if family not in FAMILIES + ("all",):
+        raise ValueError(
+            f"family {family!r}: the families are {', '.join(FAMILIES)} (or 'all')"
+        )
     dt = normalize_dtype(dtype)
+    if family != "batch_norm":
+        if in_process:
+            raise ValueError(
+                f"family {family!r}: in-process judging (in_process=True) has only batch_norm "
+                "in this bnconf; the family is judged through the binary (in_process=None or False)"
+            )
+        in_process = False
     if in_process is None:
         # BNCONF_BIN names a binary to judge with: it is used (the protocol, not the module).
         in_process = _inproc.NATIVE and str(suite) != "replicated" and not os.environ.get(ENV_VAR)
@@ -208,6 +266,8 @@ def check(
         return _inproc.check(kernel, str(suite), dt, o, lay, s, require_all)
     exe = find_bnconf_bin()
     sel = ["--suite", str(suite), "--dtype", dt]
+    if family != "batch_norm":
+        sel += ["--family", family]
     if seed is not None:
         sel += ["--seed", str(int(seed))]
     sel += _list_arg("--ops", ops) + _list_arg("--layouts", layouts)
@@ -217,7 +277,9 @@ def check(
         p = _run([exe, "export", *sel, "--out", suite_dir])
         if p.returncode != 0:
             msg = _refusal(p)
-            if any(f in msg for f in ("--dtype", "--suite", "--ops", "--layouts", "--seed")):
+            if any(
+                f in msg for f in ("--dtype", "--suite", "--ops", "--layouts", "--seed", "--family")
+            ):
                 raise ValueError(msg)
             raise RuntimeError(f"bnconf export failed (exit {p.returncode}): {msg}")
 
