@@ -250,3 +250,80 @@ fn exact_floats_midpoints_and_zeros_take_the_exact_paths_answer() {
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
+
+/// `bnconf golden CASE.json --out-dir` takes the fast path: its f64 and f32 npy files are the
+/// exact goldens correctly rounded, bit for bit, on every case of exported family suites.
+#[test]
+fn golden_out_dir_of_exported_family_cases_is_the_exact_rounding() {
+    use bnconf::formats::npy::{read_npy, NpyData};
+    use bnconf::suite::family::{family_goldens, Golden};
+    use bnconf_spec::exact::round::{round, FloatFormat};
+    let bin = env!("CARGO_BIN_EXE_bnconf");
+    let tmp = std::env::temp_dir().join(format!("bnconf-fam-golden-{}", std::process::id()));
+    let mut checked = 0;
+    for (family, dtype) in [
+        (Family::LayerNorm, "f32"),
+        (Family::RmsNorm, "bf16+f32"),
+        (Family::GroupNorm, "f16"),
+    ] {
+        let dir = tmp.join(format!("{family}-{dtype}"));
+        let o = std::process::Command::new(bin)
+            .args([
+                "export",
+                "--family",
+                family.name(),
+                "--dtype",
+                dtype,
+                "--out",
+            ])
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let prec = bnconf::suite::parse_precision(dtype).unwrap();
+        for sc in family_suite(family, &[prec], bnconf::suite::DEFAULT_SEED).cases {
+            let gd = dir.join(&sc.id).join("gd");
+            let o = std::process::Command::new(bin)
+                .arg("golden")
+                .arg(dir.join(&sc.id).join("case.json"))
+                .arg("--out-dir")
+                .arg(&gd)
+                .output()
+                .unwrap();
+            assert!(
+                o.status.success(),
+                "{}: {}",
+                sc.id,
+                String::from_utf8_lossy(&o.stderr)
+            );
+            for (name, g) in family_goldens(&sc.case).unwrap() {
+                for f in [FloatFormat::F64, FloatFormat::F32] {
+                    let want: Vec<f64> = match &g {
+                        Golden::Q(v) => v.iter().map(|e| round(e, f).to_f64()).collect(),
+                        Golden::Roots(v) => v.iter().map(|e| e.round(f).to_f64()).collect(),
+                    };
+                    let (_, data) =
+                        read_npy(&gd.join(format!("{name}.{}.npy", f.name())), 1 << 24).unwrap();
+                    let got: Vec<f64> = match data {
+                        NpyData::F64(v) => v,
+                        NpyData::F32(v) => v.into_iter().map(f64::from).collect(),
+                        other => panic!("{}: {name}: {other:?}", sc.id),
+                    };
+                    assert_eq!(got.len(), want.len(), "{} {name}", sc.id);
+                    for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                        assert_eq!(
+                            a.to_bits(),
+                            b.to_bits(),
+                            "{} {name}[{i}] {}",
+                            sc.id,
+                            f.name()
+                        );
+                    }
+                }
+            }
+            checked += 1;
+        }
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+    assert!(checked > 50, "only {checked} cases");
+}

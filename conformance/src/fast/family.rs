@@ -125,13 +125,31 @@ pub fn family_fast(case: &FamilyCase) -> Option<BTreeMap<&'static str, Vec<f64>>
 /// [`family_fast`] and how many elements the exact path decided (those the double-double
 /// interval left undecided: near a midpoint, an exact float, zero or the range's ends).
 pub fn family_fast_counted(case: &FamilyCase) -> Option<(BTreeMap<&'static str, Vec<f64>>, u64)> {
+    let eps = f64_to_rational(case.eps)?;
+    let (act, param) = (format_of(case.dtype), format_of(case.param_dtype));
+    family_fast_in(case, &eps, act, param)
+}
+
+/// [`family_fast_counted`] with `eps` exactly (a case file's `eps_exact`, which the f64
+/// `case.eps` only approximates) and every output rounded to `act` (`y`, `dx`) or `param`
+/// (the rest) instead of the case's dtypes: what `bnconf golden --out-dir` writes (f64 and
+/// f32 of every output).
+pub fn family_fast_in(
+    case: &FamilyCase,
+    eps: &Rational,
+    act: FloatFormat,
+    param: FloatFormat,
+) -> Option<(BTreeMap<&'static str, Vec<f64>>, u64)> {
     let fallbacks = AtomicU64::new(0);
-    let out = fast_outputs(case, &fallbacks)?;
+    let out = fast_outputs(case, eps, act, param, &fallbacks)?;
     Some((out, fallbacks.into_inner()))
 }
 
 fn fast_outputs(
     case: &FamilyCase,
+    eps: &Rational,
+    act: FloatFormat,
+    param: FloatFormat,
     fallbacks: &AtomicU64,
 ) -> Option<BTreeMap<&'static str, Vec<f64>>> {
     let grouping = case.validate().ok()?;
@@ -145,15 +163,12 @@ fn fast_outputs(
         }
     }
     let centred = case.op.centered();
-    let eps = f64_to_rational(case.eps)?;
     let w = Weights {
         gamma,
         offset: case.convention == RmsConvention::Offset,
         beta,
     };
-    let rows = row_constants(&grouping, x, dy, w, centred, &eps)?;
-    let act = format_of(case.dtype);
-    let param = format_of(case.param_dtype);
+    let rows = row_constants(&grouping, x, dy, w, centred, eps)?;
     let mut out = BTreeMap::new();
     match dy {
         None => {
