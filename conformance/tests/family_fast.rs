@@ -327,3 +327,116 @@ fn golden_out_dir_of_exported_family_cases_is_the_exact_rounding() {
     let _ = std::fs::remove_dir_all(&tmp);
     assert!(checked > 50, "only {checked} cases");
 }
+
+/// Long rows (K ≥ 64, where float32 data take the bucket sums) in f32, f16 and bf16, with an
+/// offset mean: forward and backward of layer_norm, rms_norm and group_norm, bit for bit.
+#[test]
+fn long_rows_of_float32_data_take_the_exact_paths_answer() {
+    use Affine::*;
+    use FamilyLayout::*;
+    use FamilyOp::*;
+    let mut s: u64 = 0x1234_5678_9abc_def1;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+    };
+    let mut bad = Vec::new();
+    for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
+        let f = bnconf::suite::family::format_of(dtype);
+        let r = |v: f64| {
+            bnconf_spec::exact::round::round(
+                &bnconf_spec::exact::QSqrt::rational(
+                    bnconf_spec::exact::round::f64_to_rational(v).unwrap(),
+                ),
+                f,
+            )
+            .to_f64()
+        };
+        let (rows, k) = (3, 300);
+        let x: Vec<f64> = (0..rows * k)
+            .map(|i| r(7.0 * (i / k) as f64 + next()))
+            .collect();
+        let dy: Vec<f64> = (0..rows * k).map(|_| r(next())).collect();
+        let gamma: Vec<f64> = (0..k).map(|_| r(1.0 + 0.5 * next())).collect();
+        let beta: Vec<f64> = (0..k).map(|_| r(0.25 * next())).collect();
+        let g6: Vec<f64> = gamma[..6].to_vec();
+        for (op, layout, shape, ndg, affine, inputs) in [
+            (
+                LayerNorm,
+                Last,
+                vec![rows, k],
+                1,
+                WeightBias,
+                vec![
+                    ("x", x.clone()),
+                    ("gamma", gamma.clone()),
+                    ("beta", beta.clone()),
+                ],
+            ),
+            (
+                LayerNormBackward,
+                Last,
+                vec![rows, k],
+                1,
+                WeightBias,
+                vec![
+                    ("x", x.clone()),
+                    ("dy", dy.clone()),
+                    ("gamma", gamma.clone()),
+                ],
+            ),
+            (
+                RmsNorm,
+                Last,
+                vec![rows, k],
+                1,
+                Weight,
+                vec![("x", x.clone()), ("gamma", gamma.clone())],
+            ),
+            (
+                RmsNormBackward,
+                Last,
+                vec![rows, k],
+                1,
+                Weight,
+                vec![
+                    ("x", x.clone()),
+                    ("dy", dy.clone()),
+                    ("gamma", gamma.clone()),
+                ],
+            ),
+            (
+                GroupNormBackward,
+                Ncl,
+                vec![3, 6, 50],
+                2,
+                Weight,
+                vec![("x", x.clone()), ("dy", dy.clone()), ("gamma", g6.clone())],
+            ),
+            (
+                LayerNormBackward,
+                Last,
+                vec![rows, k],
+                1,
+                None,
+                vec![("x", x.clone()), ("dy", dy.clone())],
+            ),
+        ] {
+            let sc = case(
+                op,
+                layout,
+                &shape,
+                dtype,
+                ndg,
+                affine,
+                RmsConvention::Standard,
+                1e-5,
+                &inputs,
+            );
+            bad.extend(differs(&sc));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}

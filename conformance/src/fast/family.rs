@@ -26,7 +26,7 @@
 //! the thread count. The fast path declines (returns `None`: use the exact path) for inputs
 //! outside `[2^-400, 2^400]` in magnitude (exact products could underflow) and for `q ≤ 0`.
 
-use super::acc::SuperAcc;
+use super::acc::{F32Buckets, SuperAcc, F32_BUCKET_PIECE};
 use super::dd::{dd_div_sqrt, dd_of_rational, Fused, Portable, Prod, DD};
 use super::eval::{decide_f32, decide_f64};
 use super::round::round_via_f64;
@@ -219,17 +219,36 @@ fn row_constants(
     eps: &Rational,
 ) -> Option<Vec<Row>> {
     let param = g.param_of();
+    // Every x, dy and gamma a float32 (f32, f16, bf16 data): integer mantissa sums per
+    // exponent (`F32Buckets`), one integer add per sum and element, for rows long enough to
+    // pay for their flush.
+    let is_f32 = |v: &[f64]| v.iter().all(|&e| (e as f32) as f64 == e);
+    let buckets = is_f32(x) && dy.is_none_or(is_f32) && w.gamma.is_none_or(is_f32) && !w.offset;
     let rows: Vec<Option<Row>> = g
         .groups()
         .par_iter()
         .map(|cells| {
             let k = Rational::from_integer((cells.len() as i64).into());
-            let (mut s1, mut s2) = (SuperAcc::new(), SuperAcc::new());
-            for &i in cells {
-                s1.add(x[i]);
-                s2.add_product(x[i], x[i]);
-            }
-            let (s1, s2) = (s1.to_rational(), s2.to_rational());
+            let bucketed = buckets && cells.len() >= 64;
+            let (s1, s2) = if bucketed {
+                let mut bk = F32Buckets::new();
+                let mut acc: [SuperAcc; 4] = Default::default();
+                for (n, &i) in cells.iter().enumerate() {
+                    bk.add_x((x[i] as f32).to_bits());
+                    if (n + 1) % F32_BUCKET_PIECE == 0 {
+                        flush(&mut bk, &mut acc);
+                    }
+                }
+                flush(&mut bk, &mut acc);
+                (acc[0].to_rational(), acc[1].to_rational())
+            } else {
+                let (mut s1, mut s2) = (SuperAcc::new(), SuperAcc::new());
+                for &i in cells {
+                    s1.add(x[i]);
+                    s2.add_product(x[i], x[i]);
+                }
+                (s1.to_rational(), s2.to_rational())
+            };
             let (mean, q) = if centred {
                 let mean = &s1 / &k;
                 let var = (&k * &s2 - &s1 * &s1) / (&k * &k);
@@ -242,23 +261,25 @@ fn row_constants(
             }
             let (mut a_k, mut c) = (Rational::zero(), Rational::zero());
             if let Some(dy) = dy {
-                let (mut a, mut gx) = (SuperAcc::new(), SuperAcc::new());
-                for &i in cells {
-                    let wd = w.dd(param[i]);
-                    // w·dy and w·dy·x exactly: each part of w times dy is an exact two-product.
-                    for part in [wd.hi, wd.lo] {
-                        if part == 0.0 {
-                            continue;
-                        }
-                        a.add_product(part, dy[i]);
-                        let (p, e) = two_prod(part, dy[i]);
-                        gx.add_product(p, x[i]);
-                        if e != 0.0 {
-                            gx.add_product(e, x[i]);
+                let (a, gx) = if bucketed {
+                    // A = Σ dy·w in the buckets' products; w·dy is exact in f64 (two
+                    // float32 significands), times x one exact product.
+                    let mut bk = F32Buckets::new();
+                    let mut acc: [SuperAcc; 4] = Default::default();
+                    let mut gx = SuperAcc::new();
+                    for (n, &i) in cells.iter().enumerate() {
+                        let wv = w.gamma.map_or(1.0, |g| g[param[i]]);
+                        bk.add_dx((dy[i] as f32).to_bits(), (wv as f32).to_bits());
+                        gx.add_product(wv * dy[i], x[i]);
+                        if (n + 1) % F32_BUCKET_PIECE == 0 {
+                            flush(&mut bk, &mut acc);
                         }
                     }
-                }
-                let (a, gx) = (a.to_rational(), gx.to_rational());
+                    flush(&mut bk, &mut acc);
+                    (acc[3].to_rational(), gx.to_rational())
+                } else {
+                    row_dy_sums(cells, param, x, dy, w)
+                };
                 let b = &gx - &mean * &a;
                 // rms_norm has no centring: no `A/K` term.
                 if centred {
@@ -279,6 +300,43 @@ fn row_constants(
         })
         .collect();
     rows.into_iter().collect()
+}
+
+/// Move the buckets' sums into `acc` (`s1`, `s2`, `sd`, `sdx`), exactly.
+fn flush(bk: &mut F32Buckets, acc: &mut [SuperAcc; 4]) {
+    let [s1, s2, sd, sdx] = acc;
+    bk.flush(s1, s2, sd, sdx);
+}
+
+/// `(Σ w·dy, Σ w·dy·x)` of a row exactly, for any f64 data.
+fn row_dy_sums(
+    cells: &[usize],
+    param: &[usize],
+    x: &[f64],
+    dy: &[f64],
+    w: Weights,
+) -> (Rational, Rational) {
+    {
+        {
+            let (mut a, mut gx) = (SuperAcc::new(), SuperAcc::new());
+            for &i in cells {
+                let wd = w.dd(param[i]);
+                // w·dy and w·dy·x exactly: each part of w times dy is an exact two-product.
+                for part in [wd.hi, wd.lo] {
+                    if part == 0.0 {
+                        continue;
+                    }
+                    a.add_product(part, dy[i]);
+                    let (p, e) = two_prod(part, dy[i]);
+                    gx.add_product(p, x[i]);
+                    if e != 0.0 {
+                        gx.add_product(e, x[i]);
+                    }
+                }
+            }
+            (a.to_rational(), gx.to_rational())
+        }
+    }
 }
 
 /// `a·b = p + e` exactly (inputs in range: no underflow or overflow).
@@ -318,7 +376,32 @@ fn cells(
             buf[j] = exact_cell(r, x[i], dy.map(|d| d[i]), w, param[i], f);
         }
     };
-    if contiguous {
+    // ... and every cell's parameter its position in the row (layout `last`): the block
+    // kernel, over the row's contiguous slices with the weights as arrays.
+    let positional =
+        contiguous && g.n_params() == k && param.iter().enumerate().all(|(i, &p)| p == i % k);
+    if positional {
+        let wts = RowWeights::of(w, k);
+        out.par_chunks_mut(k)
+            .zip(groups.par_iter().zip(rows.par_iter()))
+            .enumerate()
+            .for_each(|(ri, (buf, (cells, r)))| {
+                let span = ri * k..(ri + 1) * k;
+                let undecided = block_best(
+                    &x[span.clone()],
+                    dy.map(|d| &d[span.clone()]),
+                    &wts,
+                    r,
+                    f,
+                    buf,
+                );
+                for j in undecided {
+                    fallbacks.fetch_add(1, Ordering::Relaxed);
+                    let i = cells[j];
+                    buf[j] = exact_cell(r, x[i], dy.map(|d| d[i]), w, param[i], f);
+                }
+            });
+    } else if contiguous {
         out.par_chunks_mut(k)
             .zip(groups.par_iter().zip(rows.par_iter()))
             .for_each(|(buf, (cells, r))| run_row(cells, r, buf));
@@ -339,6 +422,158 @@ fn cells(
         }
     }
     out
+}
+
+/// A row's weights and biases by position: `w = wh + wl` exactly (`wl` is 0 unless the
+/// offset convention's `1 + gamma` needs it), `b` (0 without beta).
+struct RowWeights {
+    wh: Vec<f64>,
+    wl: Vec<f64>,
+    b: Vec<f64>,
+}
+
+impl RowWeights {
+    fn of(w: Weights, k: usize) -> RowWeights {
+        let dd: Vec<DD> = (0..k).map(|p| w.dd(p)).collect();
+        RowWeights {
+            wh: dd.iter().map(|d| d.hi).collect(),
+            wl: dd.iter().map(|d| d.lo).collect(),
+            b: (0..k).map(|p| w.beta.map_or(0.0, |b| b[p])).collect(),
+        }
+    }
+}
+
+/// [`block`] with FMA where the CPU has it (bit-identical).
+fn block_best(
+    x: &[f64],
+    dy: Option<&[f64]>,
+    w: &RowWeights,
+    r: &Row,
+    f: FloatFormat,
+    out: &mut [f64],
+) -> Vec<usize> {
+    #[cfg(target_arch = "x86_64")]
+    if super::eval::use_fma() {
+        // SAFETY: the CPU supports AVX2 and FMA (checked at run time by use_fma).
+        return unsafe { block_fma(x, dy, w, r, f, out) };
+    }
+    block::<Portable>(x, dy, w, r, f, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn block_fma(
+    x: &[f64],
+    dy: Option<&[f64]>,
+    w: &RowWeights,
+    r: &Row,
+    f: FloatFormat,
+    out: &mut [f64],
+) -> Vec<usize> {
+    block::<Fused>(x, dy, w, r, f, out)
+}
+
+/// One contiguous row (parameter = position) in two passes: the double-double values and
+/// bounds of every cell without a branch (the arithmetic and bound of [`row_values`]), then
+/// the decisions; returns the positions left to the exact path.
+#[inline(always)]
+fn block<P: Prod>(
+    x: &[f64],
+    dy: Option<&[f64]>,
+    w: &RowWeights,
+    r: &Row,
+    f: FloatFormat,
+    out: &mut [f64],
+) -> Vec<usize> {
+    const REL: f64 = 5.048709793414476e-29; // 2^-94
+    const FLOOR: f64 = 9.332636185032189e-302; // 2^-1000
+    let n = x.len();
+    let rstd = r.rstd_dd;
+    let rstd_abs = rstd.hi.abs();
+    let mean_abs = r.mean_dd.hi.abs();
+    let neg_mean = -r.mean_dd;
+    let (mut vh, mut vl, mut err) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
+    match dy {
+        None => {
+            for j in 0..n {
+                let wd = DD {
+                    hi: w.wh[j],
+                    lo: w.wl[j],
+                };
+                let d = DD::from_f64(x[j]) + neg_mean;
+                let v = d.mul_by::<P>(wd).mul_by::<P>(rstd).add_f64(w.b[j]);
+                vh[j] = v.hi;
+                vl[j] = v.lo;
+                err[j] = (w.wh[j].abs() * (x[j].abs() + mean_abs) * rstd_abs + w.b[j].abs()) * REL
+                    + FLOOR;
+            }
+        }
+        Some(dy) => {
+            let neg_a_k = -r.a_k_dd;
+            let a_k_abs = r.a_k_dd.hi.abs();
+            let c = r.c_dd;
+            let c_abs = c.hi.abs();
+            for j in 0..n {
+                let wd = DD {
+                    hi: w.wh[j],
+                    lo: w.wl[j],
+                };
+                let d = DD::from_f64(x[j]) + neg_mean;
+                let t = wd.mul_f64_by::<P>(dy[j]) + neg_a_k + (-d.mul_by::<P>(c));
+                let v = t.mul_by::<P>(rstd);
+                vh[j] = v.hi;
+                vl[j] = v.lo;
+                let mag = w.wh[j].abs() * dy[j].abs() + a_k_abs + (x[j].abs() + mean_abs) * c_abs;
+                err[j] = mag * rstd_abs * REL + FLOOR;
+            }
+        }
+    }
+    let mut undecided = Vec::new();
+    match f {
+        FloatFormat::F32 => {
+            for j in 0..n {
+                let (v, ok) = super::eval::decides_f32(
+                    DD {
+                        hi: vh[j],
+                        lo: vl[j],
+                    },
+                    err[j],
+                );
+                out[j] = v as f64;
+                if !ok {
+                    undecided.push(j);
+                }
+            }
+        }
+        FloatFormat::F64 => {
+            for j in 0..n {
+                let ok = super::eval::decides_f64(
+                    DD {
+                        hi: vh[j],
+                        lo: vl[j],
+                    },
+                    err[j],
+                );
+                out[j] = vh[j];
+                if !ok {
+                    undecided.push(j);
+                }
+            }
+        }
+        _ => {
+            for j in 0..n {
+                let v = DD {
+                    hi: vh[j],
+                    lo: vl[j],
+                };
+                match decide(v, err[j], f) {
+                    Some(y) => out[j] = y,
+                    None => undecided.push(j),
+                }
+            }
+        }
+    }
+    undecided
 }
 
 /// [`row_values`] with FMA where the CPU has it (bit-identical: the exact products are the
