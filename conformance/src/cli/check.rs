@@ -111,7 +111,7 @@ fn check_inner(
                 sel.family_selection()?;
             }
             match protocol::family::regenerate(d)? {
-                Some((fs, s)) => {
+                Some((mut fs, mut s)) => {
                     if explicit && fs.family != sel.family {
                         return Err(ConfError::field(
                             "--family",
@@ -123,7 +123,19 @@ fn check_inner(
                             ),
                         ));
                     }
-                    no_family_shard(shard)?;
+                    match (fs.shard, shard) {
+                        (Some(r), Some(g)) if r != g => {
+                            return Err(ConfError::field(
+                                "--shard",
+                                format!("{g}, but {} holds shard {r} (manifest.json)", d.display()),
+                            ))
+                        }
+                        (None, Some(g)) => {
+                            g.apply_family(&mut s);
+                            fs.shard = Some(g);
+                        }
+                        _ => {}
+                    }
                     return crate::check_family::judge(
                         d,
                         &fs,
@@ -147,8 +159,8 @@ fn check_inner(
             }
         }
         (_, Some(_)) if explicit => {
-            let fs = sel.family_selection()?;
-            no_family_shard(shard)?;
+            let mut fs = sel.family_selection()?;
+            fs.shard = shard;
             let s = fs.generate();
             let ex = exec.expect("matched");
             let ran = exec_kernel(dir, ex, |work| {
@@ -231,6 +243,9 @@ pub(crate) fn cmd_check_case(
         None => None,
     };
     let lim = bnconf::formats::case::InputLimits::default();
+    if protocol::family::is_family_case_file(&case, &lim)? {
+        return crate::check_family::judge_case(&case, &outputs, &lim, expectations.as_ref(), &out);
+    }
     let (sc, prepared, result) = protocol::user_case::judge_user_case(&case, &outputs, &lim)?;
     let name = format!("case {}", case.display());
     let run = Judged {
@@ -310,15 +325,4 @@ fn finish(
     } else {
         ExitCode::from(1)
     })
-}
-
-/// `--shard` is batch_norm's: the family suites are not sharded.
-fn no_family_shard(shard: Option<bnconf::suite::shard::Shard>) -> Result<(), ConfError> {
-    match shard {
-        Some(_) => Err(ConfError::field(
-            "--shard",
-            "not available with --family (the family suites are not sharded)",
-        )),
-        None => Ok(()),
-    }
 }

@@ -3,7 +3,8 @@
 //! family: verdict and worst ratio per level and dtype), then the check report, the optional
 //! outputs the kernel did not give, the diagnosis against the known-bad family kernels
 //! (`--no-diagnosis` skips it), and the summary; write `--report` / `--junit`; gate on
-//! `--expectations`. Exit codes as for batch_norm.
+//! `--expectations`; `--html` (every case's row). `check --case CASE.json --outputs DIR` of a
+//! family case file reports the same way (without the table). Exit codes as for batch_norm.
 
 use crate::ReportArgs;
 use bnconf::error::ConfError;
@@ -11,11 +12,13 @@ use bnconf::judge::check::{summarize, CaseResult};
 use bnconf::suite::family::FamilySuite;
 use bnconf::suite::family_select::FamilySelection;
 use bnconf::{protocol, report, suite};
+use bnconf_impl::family::{FamilyOp, Named};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::process::ExitCode;
 
-/// Judge `dir` (the export of `fs`, its suite `s` regenerated) and report.
+/// Judge `dir` (the export of `fs`, its suite `s` regenerated; `fs.shard` the shard judged)
+/// and report.
 pub(crate) fn judge(
     dir: &Path,
     fs: &FamilySelection,
@@ -24,31 +27,84 @@ pub(crate) fn judge(
     expectations: Option<&bnconf::judge::gate::Expectations>,
     out: &ReportArgs,
 ) -> Result<ExitCode, ConfError> {
-    if out.html.is_some() {
-        return Err(ConfError::field(
-            "--html",
-            "not yet available for the normalization family (use --report or --junit)",
-        ));
-    }
     protocol::family::verify_inputs(dir, s)?;
-    let judged = protocol::family::judge_dir(dir, s, !out.no_diagnosis)?;
+    let keep = !out.no_diagnosis || out.html.is_some();
+    let judged = protocol::family::judge_dir(dir, s, keep)?;
+    let run = Run {
+        name: format!("family {}", fs.family),
+        dtype: fs.precision.static_name(),
+        family: fs.family.clone(),
+        head: table(fs, s, &judged.results),
+        judged,
+        shard: fs.shard,
+        harness_failure,
+    };
+    finish(&run, expectations, out)
+}
+
+/// `check --case CASE.json --outputs DIR` of a family case file: judge the kernel's outputs
+/// in DIR (`protocol::family::judge_user_case`), with the reports, gate and exit codes of
+/// `check DIR`.
+pub(crate) fn judge_case(
+    case: &Path,
+    outputs: &Path,
+    lim: &bnconf::formats::case::InputLimits,
+    expectations: Option<&bnconf::judge::gate::Expectations>,
+    out: &ReportArgs,
+) -> Result<ExitCode, ConfError> {
+    let judged = protocol::family::judge_user_case(case, outputs, lim)?;
+    let r = &judged.results[0];
+    let family = <FamilyOp as Named>::from_name(r.op)
+        .map(|o| Named::name(&o.family()).to_string())
+        .unwrap_or_default();
+    let run = Run {
+        name: format!("case {}", case.display()),
+        dtype: r.dtype,
+        family,
+        head: String::new(),
+        judged,
+        shard: None,
+        harness_failure: None,
+    };
+    finish(&run, expectations, out)
+}
+
+/// What was judged, for [`finish`].
+struct Run {
+    /// The suite's name in the reports (`family F`, `case PATH`).
+    name: String,
+    dtype: &'static str,
+    /// The family (`--report`'s `"family"`).
+    family: String,
+    /// Printed before the check report.
+    head: String,
+    judged: protocol::family::FamilyJudged,
+    shard: Option<bnconf::suite::shard::Shard>,
+    harness_failure: Option<String>,
+}
+
+/// Diagnose, gate, print and write the reports of judged family cases; the exit code.
+fn finish(
+    run: &Run,
+    expectations: Option<&bnconf::judge::gate::Expectations>,
+    out: &ReportArgs,
+) -> Result<ExitCode, ConfError> {
+    let judged = &run.judged;
     let results = &judged.results;
     let diagnosis =
         (!out.no_diagnosis).then(|| bnconf::judge::family::diagnose_family(&judged.failing));
     let gate = expectations.map(|e| bnconf::judge::gate::gate(e, results, out.require_all));
-    let name = format!("family {}", fs.family);
-    let dtype = fs.precision.static_name();
     let ctx = report::Context {
-        suite: &name,
-        dtype,
+        suite: &run.name,
+        dtype: run.dtype,
         results,
         cases: &[],
         diagnosis: diagnosis.as_deref(),
         gate: gate.as_ref(),
-        shard: None,
-        harness_failure: harness_failure.clone(),
+        shard: run.shard,
+        harness_failure: run.harness_failure.clone(),
     };
-    print!("{}", table(fs, s, results));
+    print!("{}", run.head);
     let text = report::human_report(&ctx, out.max_details);
     let (body, summary) = match text.rfind("\nsummary:") {
         Some(i) => text.split_at(i),
@@ -67,7 +123,7 @@ pub(crate) fn judge(
     print!("{summary}");
     if let Some(p) = &out.report {
         let mut doc = report::json_report(&ctx);
-        doc["family"] = json!(fs.family);
+        doc["family"] = json!(run.family);
         if let Some(cases) = doc.get_mut("cases").and_then(Value::as_array_mut) {
             for c in cases {
                 let id = c.get("id").and_then(Value::as_str).unwrap_or("");
@@ -86,6 +142,9 @@ pub(crate) fn judge(
     if let Some(p) = &out.junit {
         report::write_junit_report(p, &ctx)?;
     }
+    if let Some(p) = &out.html {
+        report::html::write_family(p, &ctx, &judged.not_given)?;
+    }
     if let Some(p) = &out.write_expectations {
         let n = report::expectations::write(p, results, out.require_all, ctx.diag())?;
         eprintln!("bnconf: wrote {n} expected failures to {}", p.display());
@@ -100,7 +159,7 @@ pub(crate) fn judge(
     } else {
         sm.passed > 0
     };
-    let ok = verdicts_ok && supported && harness_failure.is_none();
+    let ok = verdicts_ok && supported && run.harness_failure.is_none();
     Ok(if ok {
         ExitCode::SUCCESS
     } else {
@@ -112,9 +171,10 @@ pub(crate) fn judge(
 /// dtype (verdict and worst ratio; `-` where nothing was judged).
 fn table(fs: &FamilySelection, s: &FamilySuite, results: &[CaseResult]) -> String {
     let mut t = format!(
-        "bnconf check: family {} (seed {}), {} cases ({} excluded as ill-posed or non-discriminating) in {}\n",
+        "bnconf check: family {} (seed {}{}), {} cases ({} excluded as ill-posed or non-discriminating) in {}\n",
         fs.family,
         fs.seed,
+        fs.shard.map(|sh| format!(", shard {sh}")).unwrap_or_default(),
         s.cases.len(),
         s.excluded.len(),
         fs.precision.name()

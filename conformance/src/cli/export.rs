@@ -79,13 +79,8 @@ fn export_family(
     shard: Option<bnconf::suite::shard::Shard>,
     format: &str,
 ) -> Result<ExitCode, ConfError> {
-    let fs = sel.family_selection()?;
-    if shard.is_some() {
-        return Err(ConfError::field(
-            "--shard",
-            "not available with --family (the family suites are not sharded)",
-        ));
-    }
+    let mut fs = sel.family_selection()?;
+    fs.shard = shard;
     if format != "protocol" {
         return Err(ConfError::field(
             "--format",
@@ -95,9 +90,10 @@ fn export_family(
     let s = fs.generate();
     protocol::family::export(&fs, &s, &out)?;
     eprintln!(
-        "bnconf: wrote {} cases of family {} ({}) to {} ({} excluded as ill-posed or non-discriminating: manifest.json says which)",
+        "bnconf: wrote {} cases of family {}{} ({}) to {} ({} excluded as ill-posed or non-discriminating: manifest.json says which)",
         s.cases.len(),
         fs.family,
+        shard.map(|sh| format!(", shard {sh}")).unwrap_or_default(),
         fs.precision.name(),
         out.display(),
         s.excluded.len()

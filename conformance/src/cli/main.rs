@@ -117,12 +117,13 @@ enum Cmd {
     Check {
         /// A directory written by `bnconf export` and filled by a kernel.
         dir: Option<PathBuf>,
-        /// Judge this case file (`bnconf-case/1`, inputs inline or `{"npy": "path.npy"}`)
-        /// instead of a suite: against the kernel's outputs in --outputs DIR.
+        /// Judge this case file (`bnconf-case/1`, inputs inline or `{"npy": "path.npy"}`; a
+        /// normalization-family case file too) instead of a suite: against the kernel's
+        /// outputs in --outputs DIR.
         #[arg(long, value_name = "CASE.json", requires = "outputs", conflicts_with_all = ["dir", "exec", "shard", "suite", "dtype", "seed", "ops", "layouts", "family"])]
         case: Option<PathBuf>,
         /// With --case: the directory holding the kernel's outputs, `<output>.npy` each (case
-        /// dtype, the output's shape).
+        /// dtype, the output's shape; a family case's `mean`/`rstd` may be left out).
         #[arg(long, value_name = "DIR", requires = "case")]
         outputs: Option<PathBuf>,
         /// Export the suite to a temporary directory, run `CMD ARGS DIR`, then judge. CMD is

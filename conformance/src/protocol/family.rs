@@ -131,15 +131,24 @@ pub enum FamilyWritten {
 /// Read `DIR/<id>/out/` of a family case: every output of the case, each of its shape and
 /// dtype; an optional one (`mean`, `rstd`) may be absent.
 pub fn read_written(dir: &Path, c: &FamilySuiteCase) -> FamilyWritten {
-    let out = dir.join(&c.id).join("out");
-    if let Some(w) = refusal(&out, &format!("{}/out", c.id)) {
+    read_out_dir(
+        &dir.join(&c.id).join("out"),
+        &format!("{}/out", c.id),
+        &c.case,
+    )
+}
+
+/// Read the outputs of `case` from `out` (`shown`: how messages name it): `error` or
+/// `unsupported`, else every output of the case, each of its shape and dtype; an optional
+/// one (`mean`, `rstd`) may be absent.
+fn read_out_dir(out: &Path, shown: &str, case: &FamilyCase) -> FamilyWritten {
+    if let Some(w) = refusal(out, shown) {
         return match w {
             crate::judge::check::Written::Unsupported(why) => FamilyWritten::Unsupported(why),
             crate::judge::check::Written::Malformed(why) => FamilyWritten::Malformed(why),
             _ => unreachable!("refusal is unsupported or malformed"),
         };
     }
-    let case = &c.case;
     let optional = case.op.optional_outputs();
     let (mut got, mut not_given) = (BTreeMap::new(), vec![]);
     for name in case.op.outputs(case.affine) {
@@ -153,7 +162,7 @@ pub fn read_written(dir: &Path, c: &FamilySuiteCase) -> FamilyWritten {
             Ok(v) => {
                 got.insert(name.to_string(), v);
             }
-            Err(why) => return FamilyWritten::Malformed(format!("{}/out/{name}.npy: {why}", c.id)),
+            Err(why) => return FamilyWritten::Malformed(format!("{shown}/{name}.npy: {why}")),
         }
     }
     FamilyWritten::Outputs(got, not_given)
@@ -196,13 +205,15 @@ pub fn judge_dir(dir: &Path, s: &FamilySuite, keep_failing: bool) -> Result<Fami
 }
 
 /// One case judged: its result, the optional outputs not given, the outputs judged.
-type Judged1 = (
+pub type Judged1 = (
     CaseResult,
     Vec<&'static str>,
     Option<BTreeMap<String, Vec<f64>>>,
 );
 
-fn judge_one(p: &FamilyPrepared, w: FamilyWritten) -> Judged1 {
+/// Judge one case's written outputs: its result, the optional outputs not given, the outputs
+/// judged (`None` when unsupported or malformed).
+pub fn judge_one(p: &FamilyPrepared, w: FamilyWritten) -> Judged1 {
     match w {
         FamilyWritten::Unsupported(why) => (p.unsupported(&why), vec![], None),
         FamilyWritten::Malformed(why) => {
@@ -436,4 +447,57 @@ pub fn golden_to_dir(path: &Path, lim: &InputLimits, dir: &Path) -> Result<()> {
     });
     let text = serde_json::to_string_pretty(&doc).expect("json") + "\n";
     write_bytes(&dir.join("golden.json"), text.as_bytes())
+}
+
+/// `bnconf check --case CASE.json --outputs DIR` of a family case file (the format `bnconf
+/// golden` reads): the case read as a [`FamilySuiteCase`] (id, `level` and `class` from the
+/// file, else `core` and `user`; `eps` the f64 a kernel reads), refused when ill-posed in its
+/// dtype; the kernel's outputs `DIR/<output>.npy` read as a suite case's `out/` (the optional
+/// statistics may be absent; `DIR/error`, `DIR/unsupported`), judged as a suite case is. A
+/// bad case file is an error naming the field; a bad or missing output is a verdict.
+pub fn judge_user_case(case: &Path, dir: &Path, lim: &InputLimits) -> Result<FamilyJudged> {
+    let v = read_case_json(case, lim)?;
+    let base = case.parent().map(Path::to_path_buf).unwrap_or_default();
+    let f = parse_family_case(&v, &base, lim)?;
+    let h = f.header;
+    let extra_str = |k: &str| h.extra.get(k).and_then(Value::as_str);
+    let c = h.case.clone();
+    let precision = crate::suite::Precision {
+        act: format_of(c.dtype),
+        param: format_of(c.param_dtype),
+    }
+    .static_name();
+    if let Some(why) = crate::suite::family::family_ill_posed(&c) {
+        return Err(ConfError::field(
+            "inputs",
+            format!("the case is ill-posed in {precision} ({why}): no output of it can be judged"),
+        ));
+    }
+    let sc = FamilySuiteCase {
+        id: h.id.clone(),
+        level: extra_str("level")
+            .and_then(crate::suite::Level::from_name)
+            .unwrap_or(crate::suite::Level::Core),
+        class: extra_str("class").unwrap_or("user").to_string(),
+        precision,
+        case: c,
+    };
+    if !dir.is_dir() {
+        return Err(ConfError::field(
+            "--outputs",
+            format!("{}: not a directory", dir.display()),
+        ));
+    }
+    let p = crate::judge::family::prepare_family(&sc)
+        .map_err(|e| ConfError::field("inputs", e.to_string()))?;
+    let (r, ng, got) = judge_one(&p, read_out_dir(dir, &dir.display().to_string(), &sc.case));
+    let mut out = FamilyJudged::default();
+    if !ng.is_empty() {
+        out.not_given.push((r.id.clone(), ng));
+    }
+    if let (Verdict::Fail, Some(got)) = (&r.verdict, got) {
+        out.failing.push((p, got, r.worst_ratio));
+    }
+    out.results.push(r);
+    Ok(out)
 }

@@ -685,6 +685,70 @@ pub fn render(ctx: &Context, prepared: &[Prepared]) -> String {
     s
 }
 
+/// The HTML report of a family check (`check DIR` of a family export, or `check --case` of a
+/// family case file): batch_norm's report of the same results (no per-element plots: the
+/// family's cases are not batch_norm's), its gate `k` in the family's words, and a table with
+/// one row per case — verdict, worst ratio, k, and the optional outputs the kernel did not
+/// give (`not_given`: case id, output names).
+pub fn render_family(ctx: &Context, not_given: &[(String, Vec<&'static str>)]) -> String {
+    let s = render(ctx, &[]).replace(
+        "a case conforms when every element's ratio ≤ k(m) = 4 + 2·log2(m), m = cells per channel",
+        "a case conforms when every element's ratio ≤ k = 4 + 2·log2(n), n = K (the cells of a row or group), or the cells summed into dgamma/dbeta",
+    );
+    let mut t = String::new();
+    let _ = write!(
+        t,
+        "<h2>Cases ({})</h2><table><tr><th class='l'>case</th><th class='l'>op</th><th class='l'>layout</th><th class='l'>dtype</th><th class='l'>class</th><th class='l'>verdict</th><th>worst ratio</th><th>k</th><th class='l'>optional outputs not given</th></tr>",
+        ctx.results.len()
+    );
+    for r in ctx.results {
+        let verdict = match &r.verdict {
+            Verdict::Pass => "conforms".to_string(),
+            Verdict::Fail => "FAIL".to_string(),
+            Verdict::Unsupported(w) => format!("unsupported: {w}"),
+            Verdict::Malformed(w) => format!("MALFORMED: {w}"),
+        };
+        let ng = not_given
+            .iter()
+            .find(|(id, _)| *id == r.id)
+            .map(|(_, n)| n.join(", "))
+            .unwrap_or_default();
+        let _ = write!(
+            t,
+            "<tr><td class='l mono'>{}</td><td class='l'>{}</td><td class='l'>{}</td><td class='l'>{}</td><td class='l'>{}</td><td class='l' style='background:{}'>{}</td><td>{}</td><td>{:.1}</td><td class='l mono'>{}</td></tr>",
+            esc(&r.id),
+            esc(r.op),
+            esc(r.layout),
+            esc(r.dtype),
+            esc(&r.class),
+            match r.verdict {
+                Verdict::Pass => "#e8f5e9",
+                Verdict::Fail => "#ffcdd2",
+                _ => "#eeeeee",
+            },
+            esc(&verdict),
+            fmt_ratio(r.worst_ratio),
+            r.k,
+            esc(&ng)
+        );
+    }
+    t += "</table>";
+    let tail = "<p class='sub' style='margin-top:24px'>Written by bnconf check --html.";
+    match s.rfind(tail) {
+        Some(i) => format!("{}{t}{}", &s[..i], &s[i..]),
+        None => s + &t,
+    }
+}
+
+/// `--html FILE.html` of a family check ([`render_family`]).
+pub fn write_family(
+    path: &Path,
+    ctx: &Context,
+    not_given: &[(String, Vec<&'static str>)],
+) -> Result<()> {
+    write_bytes(path, render_family(ctx, not_given).as_bytes())
+}
+
 /// `--html FILE.html`.
 pub fn write(path: &Path, ctx: &Context, prepared: &[Prepared]) -> Result<()> {
     write_bytes(path, render(ctx, prepared).as_bytes())

@@ -5,6 +5,7 @@
 
 use super::family::{family_suite, FamilySuite};
 use super::level::{parse_precision, Precision};
+use super::shard::Shard;
 use crate::error::{ConfError, Result};
 use bnconf_impl::family::{Family, FamilyLayout, FamilyOp, Named};
 use serde_json::{json, Value};
@@ -25,6 +26,8 @@ pub struct FamilySelection {
     pub ops: Vec<FamilyOp>,
     /// Only these layouts (all if empty).
     pub layouts: Vec<FamilyLayout>,
+    /// Only this shard of the cases (`--shard K/N`, as batch_norm's: [`Shard`]).
+    pub shard: Option<Shard>,
 }
 
 /// The families `--family NAME` names (`all`: every one); `None` for `batch_norm`. An unknown
@@ -78,6 +81,7 @@ impl FamilySelection {
             seed,
             ops: vec![],
             layouts: vec![],
+            shard: None,
         };
         for o in ops {
             let o = o.as_ref();
@@ -134,12 +138,15 @@ impl FamilySelection {
             out.excluded
                 .extend(s.excluded.into_iter().filter(|(id, _)| self.selects(id)));
         }
+        if let Some(sh) = self.shard {
+            sh.apply_family(&mut out);
+        }
         out
     }
 
     /// The export's `manifest.json` (`bnconf-suite/1` with `"family"`).
     pub fn manifest_json(&self, s: &FamilySuite) -> Value {
-        json!({
+        let mut m = json!({
             "format": "bnconf-suite/1",
             "suite": "default",
             "family": self.family,
@@ -151,7 +158,11 @@ impl FamilySelection {
             "cases": s.cases.iter().map(|c| c.id.clone()).collect::<Vec<_>>(),
             "excluded": s.excluded.iter().map(|(id, why)| json!({"id": id, "reason": why})).collect::<Vec<_>>(),
             "generator": {"tool": "bnconf", "version": env!("CARGO_PKG_VERSION")},
-        })
+        });
+        if let Some(sh) = self.shard {
+            m["shard"] = json!(sh.to_string());
+        }
+        m
     }
 
     /// What a family export's manifest selects; `None` for a manifest without `"family"`
@@ -216,8 +227,9 @@ impl FamilySelection {
                 "batch_norm's exports have no \"family\" field",
             ));
         }
-        FamilySelection::from_names(family, suite, dtype, seed, &ops, &layouts)
-            .map(Some)
-            .map_err(rename)
+        let mut sel = FamilySelection::from_names(family, suite, dtype, seed, &ops, &layouts)
+            .map_err(rename)?;
+        sel.shard = super::shard::from_manifest(m)?;
+        Ok(Some(sel))
     }
 }

@@ -4,6 +4,7 @@
 //! `--layouts` filters, and the assignment is the same on every machine and version of
 //! bnconf that generates the same case ids.
 
+use crate::suite::family::FamilySuite;
 use crate::suite::Suite;
 use sha2::{Digest, Sha256};
 use std::fmt;
@@ -42,6 +43,13 @@ impl Shard {
 
     /// Keep this shard's cases (and exclusions) of a suite, in order.
     pub fn apply(&self, s: &mut Suite) {
+        s.cases.retain(|c| self.contains(&c.id));
+        s.excluded.retain(|(id, _)| self.contains(id));
+    }
+
+    /// Keep this shard's cases (and exclusions) of a family suite, in order (the same
+    /// assignment by case id as batch_norm's).
+    pub fn apply_family(&self, s: &mut FamilySuite) {
         s.cases.retain(|c| self.contains(&c.id));
         s.excluded.retain(|(id, _)| self.contains(id));
     }
