@@ -72,7 +72,7 @@ fn export_onnx(
 }
 
 /// `export --family F`: the family suite in the kernel directory protocol (FORMAT.md "Added in
-/// bnconf 0.4: the normalization family in the protocol").
+/// bnconf 0.3: the normalization family in the protocol").
 fn export_family(
     sel: &SuiteArgs,
     out: PathBuf,

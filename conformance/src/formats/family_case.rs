@@ -1,4 +1,4 @@
-//! The normalization family's case files (FORMAT.md "Added in bnconf 0.4: the normalization
+//! The normalization family's case files (FORMAT.md "Added in bnconf 0.3: the normalization
 //! family in the protocol"): the `case.json` an export writes per family case, and the family
 //! case file `bnconf golden` reads (inline values or `{"npy": path}`). The kernels' own case
 //! type is impl's [`FamilyCase`]; this file reads and writes its fields (`family`,

@@ -1,4 +1,4 @@
-//! The kernel directory protocol for the normalization family (FORMAT.md "Added in bnconf 0.4:
+//! The kernel directory protocol for the normalization family (FORMAT.md "Added in bnconf 0.3:
 //! the normalization family in the protocol"): export a family suite, regenerate it from an
 //! export's manifest, read what a kernel wrote (the optional statistics may be left out) and
 //! judge it with `judge::family`, run a built-in family kernel over a directory, and the

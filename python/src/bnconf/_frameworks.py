@@ -10,7 +10,8 @@ from typing import Any, Callable, Iterable, Optional, Tuple, Union
 from ._check import check
 from ._report import MAX_LISTED, Report
 
-#: Families the harness has today (FORMAT.md); the others are planned (bnconf 0.4).
+#: Families the framework module checks (bnconf.torch, bnconf.jax) take today; the others are
+#: planned for them (bnconf.check(kernel, family=...) judges every family).
 FAMILIES = ("batch_norm",)
 PLANNED_FAMILIES = ("layer_norm", "rms_norm", "group_norm")
 
