@@ -666,13 +666,29 @@ fn numpy_time(
     w: &Workload,
     reps: usize,
 ) -> std::result::Result<(f64, f64), String> {
+    let args = [
+        dir.display().to_string(),
+        w.op.name().to_string(),
+        w.geom.layout.name().to_string(),
+        reps.max(1).to_string(),
+    ];
+    match python_numbers(python, NUMPY_BN, &args)?[..] {
+        [wall, cpu] => Ok((wall, cpu)),
+        ref v => Err(format!("{python}: unexpected output {v:?}")),
+    }
+}
+
+/// Run a Python `script` (`python -c script args…`) and parse the numbers it prints, or say
+/// why it failed.
+pub(crate) fn python_numbers(
+    python: &str,
+    script: &str,
+    args: &[String],
+) -> std::result::Result<Vec<f64>, String> {
     let out = std::process::Command::new(python)
         .arg("-c")
-        .arg(NUMPY_BN)
-        .arg(dir)
-        .arg(w.op.name())
-        .arg(w.geom.layout.name())
-        .arg(reps.max(1).to_string())
+        .arg(script)
+        .args(args)
         .output()
         .map_err(|e| format!("{python}: {e}"))?;
     if !out.status.success() {
@@ -683,15 +699,10 @@ fn numpy_time(
         ));
     }
     let text = String::from_utf8_lossy(&out.stdout);
-    let v: Vec<f64> = text
-        .split_whitespace()
+    text.split_whitespace()
         .map(str::parse::<f64>)
         .collect::<std::result::Result<_, _>>()
-        .map_err(|e| format!("{python}: unexpected output ({e})"))?;
-    match v[..] {
-        [wall, cpu] => Ok((wall, cpu)),
-        _ => Err(format!("{python}: unexpected output {text:?}")),
-    }
+        .map_err(|e| format!("{python}: unexpected output ({e})"))
 }
 
 /// The I/O floor: read the input npy files and write the golden outputs' bytes (f64 + f32

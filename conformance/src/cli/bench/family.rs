@@ -122,29 +122,10 @@ fn numpy_times(
     dir: &Path,
     reps: usize,
 ) -> std::result::Result<Vec<(f64, f64)>, String> {
-    let out = std::process::Command::new(python)
-        .arg("-c")
-        .arg(NUMPY_FAMILY)
-        .arg(dir)
-        .arg(reps.max(1).to_string())
-        .output()
-        .map_err(|e| format!("{python}: {e}"))?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        return Err(format!(
-            "{python} with numpy failed: {}",
-            err.lines().last().unwrap_or("no output")
-        ));
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let v: Vec<f64> = text
-        .split_whitespace()
-        .map(str::parse::<f64>)
-        .collect::<std::result::Result<_, _>>()
-        .map_err(|e| format!("{python}: unexpected output ({e})"))?;
-    match v[..] {
+    let args = [dir.display().to_string(), reps.max(1).to_string()];
+    match super::python_numbers(python, NUMPY_FAMILY, &args)?[..] {
         [a, b, c, d] => Ok(vec![(a, b), (c, d)]),
-        _ => Err(format!("{python}: unexpected output {text:?}")),
+        ref v => Err(format!("{python}: unexpected output {v:?}")),
     }
 }
 
