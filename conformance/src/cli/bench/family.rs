@@ -213,7 +213,12 @@ pub fn family_table(o: &FamilyBenchOpts) -> Result<String> {
                 (
                     format!("{} / {}", secs(nw), secs(nc)),
                     format!("{:.2}×", wall / nw),
-                    format!("{:.2}×", cpu / nc),
+                    // CPU time is read in ticks of 10 ms: no ratio below a few ticks.
+                    if cpu >= 0.05 && nc >= 0.05 {
+                        format!("{:.2}×", cpu / nc)
+                    } else {
+                        "– (under 50 ms of CPU)".into()
+                    },
                 )
             }
             Err(e) => (e.clone(), "–".into(), "–".into()),
