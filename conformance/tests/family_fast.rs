@@ -440,3 +440,48 @@ fn long_rows_of_float32_data_take_the_exact_paths_answer() {
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
+
+/// `bnconf bench --family` runs the family table on a small shape (numpy skipped) and names
+/// `--family-shape` when it is not `ROWS,K`.
+#[test]
+fn bench_family_prints_its_table_and_refuses_a_bad_shape() {
+    let bin = env!("CARGO_BIN_EXE_bnconf");
+    let o = std::process::Command::new(bin)
+        .args([
+            "bench",
+            "--family",
+            "--family-shape",
+            "16,64",
+            "--reps",
+            "1",
+            "--no-side-by-side",
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for want in [
+        "| layer_norm |",
+        "| rms_norm |",
+        "[16, 64] f32",
+        "skipped (--no-side-by-side)",
+    ] {
+        assert!(out.contains(want), "{want}: {out}");
+    }
+    let o = std::process::Command::new(bin)
+        .args([
+            "bench",
+            "--family",
+            "--family-shape",
+            "16",
+            "--no-side-by-side",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--family-shape"));
+}
