@@ -43,6 +43,10 @@ pub fn case_parser(data: &[u8]) {
     lim.number.max_exponent = 1000;
     // `{"npy": path}` inputs resolve against a directory that does not exist.
     let base = Path::new("/nonexistent/bnconf-fuzz");
+    if crate::formats::family_case::is_family_case(&v) {
+        family_case_file(&v, base, &lim);
+        return;
+    }
     let Ok(case) = parse_case(&v, base, &lim) else {
         return;
     };
@@ -60,6 +64,45 @@ pub fn case_parser(data: &[u8]) {
             ],
         );
         serde_json::to_vec(&doc).expect("a golden document serialises");
+    }
+}
+
+/// A family case file (its `family`, `normalized_ndim`, `groups`, `affine`, `convention`,
+/// `optional_outputs` fields): parsed (every field checked, inputs rounded to their dtypes and
+/// validated against the op), and for small valid cases the exact goldens (a sum of roots for
+/// `dgamma`) rounded to every format and checked against the fast path bit for bit.
+fn family_case_file(v: &serde_json::Value, base: &Path, lim: &InputLimits) {
+    use crate::formats::family_case::parse_family_case;
+    use crate::suite::family::{family_goldens_exact, Golden};
+    let Ok(f) = parse_family_case(v, base, lim) else {
+        return;
+    };
+    let case = &f.header.case;
+    if case.shape.iter().product::<usize>() > 64 {
+        return;
+    }
+    let eps = bnconf_spec::exact::QSqrt::rational(f.header.eps.clone());
+    let Ok(g) = family_goldens_exact(case, &f.inputs, &eps) else {
+        return;
+    };
+    for ff in [FloatFormat::F64, FloatFormat::F32, FloatFormat::F16, FloatFormat::BF16] {
+        let fast = crate::fast::family::family_fast_in(case, &f.header.eps, ff, ff);
+        for (name, gold) in &g {
+            let exact: Vec<f64> = match gold {
+                Golden::Q(v) => v
+                    .iter()
+                    .map(|e| bnconf_spec::exact::round::round(e, ff).to_f64())
+                    .collect(),
+                Golden::Roots(v) => v.iter().map(|e| e.round(ff).to_f64()).collect(),
+            };
+            if let Some((out, _)) = &fast {
+                let got = &out[name];
+                assert!(
+                    got.iter().zip(&exact).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "family fast path differs from the exact one on {name} in {ff:?}"
+                );
+            }
+        }
     }
 }
 
