@@ -85,7 +85,12 @@ fn family_case_file(v: &serde_json::Value, base: &Path, lim: &InputLimits) {
     let Ok(g) = family_goldens_exact(case, &f.inputs, &eps) else {
         return;
     };
-    for ff in [FloatFormat::F64, FloatFormat::F32, FloatFormat::F16, FloatFormat::BF16] {
+    for ff in [
+        FloatFormat::F64,
+        FloatFormat::F32,
+        FloatFormat::F16,
+        FloatFormat::BF16,
+    ] {
         let fast = crate::fast::family::family_fast_in(case, &f.header.eps, ff, ff);
         for (name, gold) in &g {
             let exact: Vec<f64> = match gold {
@@ -98,7 +103,9 @@ fn family_case_file(v: &serde_json::Value, base: &Path, lim: &InputLimits) {
             if let Some((out, _)) = &fast {
                 let got = &out[name];
                 assert!(
-                    got.iter().zip(&exact).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    got.iter()
+                        .zip(&exact)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
                     "family fast path differs from the exact one on {name} in {ff:?}"
                 );
             }
