@@ -268,7 +268,7 @@ fn bad_input_is_exit_2_naming_the_field() {
             "--family",
             "layer_norm",
             "--suite",
-            "scale",
+            "replicated",
             "--out",
             s(&dir.join("y")),
         ]),

@@ -122,7 +122,7 @@ fn bnconf_run_family_names_the_field_of_bad_input() {
     for (args, field) in [
         (&["run", "--family", "layernorm"][..], "--family"),
         (
-            &["run", "--family", "rms_norm", "--suite", "scale"][..],
+            &["run", "--family", "rms_norm", "--suite", "replicated"][..],
             "--suite",
         ),
         (

@@ -239,7 +239,8 @@ struct SuiteArgs {
     #[arg(long, value_delimiter = ',')]
     layouts: Vec<String>,
     /// The family: `batch_norm` (the suites above), `layer_norm`, `rms_norm`, `group_norm`
-    /// (their family suites; `--suite default` only), or `all` (the three family suites).
+    /// (their family suites: `--suite default`, `extreme` or `scale`), or `all` (the three
+    /// family suites).
     #[arg(long, default_value = "batch_norm")]
     family: String,
 }

@@ -35,10 +35,13 @@ pub(crate) fn run_family_or_bn(
             )
         })?]
     };
-    if suite_name != "default" {
+    if !suite::family::FAMILY_SUITES.contains(&suite_name) {
         return Err(ConfError::field(
             "--suite",
-            format!("{suite_name:?}: the family suites have `default` only"),
+            format!(
+                "{suite_name:?}: the family suites are {} (`replicated` is batch_norm's)",
+                suite::family::FAMILY_SUITES.join(", ")
+            ),
         ));
     }
     if shard.is_some() {
@@ -56,7 +59,7 @@ pub(crate) fn run_family_or_bn(
             ));
         }
     }
-    run_families(&families, &precs, seed, only, verbose)
+    run_families(suite_name, &families, &precs, seed, only, verbose)
 }
 
 fn parse_dtypes(dtypes: &[String]) -> Result<Vec<suite::Precision>, ConfError> {
@@ -256,8 +259,12 @@ fn print_run_table(
 /// The family suites of `families` against their built-in kernels: one table per family
 /// (kernel × level × dtype). Every good kernel must conform on every case; every known-bad
 /// kernel must fail a case in one of its `defect_dtypes` when the run has one of them (else
-/// it is "not held here"). Exit 1 on an unexpected outcome.
+/// it is "not held here"); the known-bad kernels are held in the `default` suite, where their
+/// defects show by construction, and reported in `extreme` and `scale` (rejected or not). In
+/// `extreme` (the range level) only the range-robust good kernels must conform.
+/// Exit 1 on an unexpected outcome.
 fn run_families(
+    suite_name: &str,
     families: &[Family],
     dtypes: &[suite::Precision],
     seed: u64,
@@ -267,7 +274,8 @@ fn run_families(
     let wanted = |name: &str| only.is_empty() || only.iter().any(|n| n == name);
     let mut all_ok = true;
     for (i, &family) in families.iter().enumerate() {
-        let s = suite::family::family_suite(family, dtypes, seed);
+        let s = suite::family::family_suite_named(suite_name, family, dtypes, seed)
+            .expect("a family suite's name");
         let prepared = prepare_family_all(&s.cases)?;
         let kernels: Vec<Box<dyn FamilyKernel>> = bnconf_impl::family::family_kernels(family)
             .into_iter()
@@ -279,7 +287,7 @@ fn run_families(
         let names: Vec<String> = dtypes.iter().map(|d| d.name()).collect();
         let ops: Vec<&str> = family.ops().iter().map(|o| o.name()).collect();
         println!(
-            "bnconf run: family {family} (seed {seed}), {} cases ({} excluded as ill-posed or non-discriminating), {} in {}",
+            "bnconf run: family {family} (suite {suite_name}, seed {seed}), {} cases ({} excluded as ill-posed or non-discriminating), {} in {}",
             s.cases.len(),
             s.excluded.len(),
             ops.join(", "),
@@ -324,14 +332,26 @@ fn run_families(
             // a known-bad kernel is held where the run has one of its defect's dtypes
             let defect: Vec<&str> = k.defect_dtypes().iter().map(|d| d.name()).collect();
             let in_defect = |r: &check::CaseResult| k.defect_shows_in(r.dtype);
-            let held = good || dtypes.iter().any(|d| k.defect_shows_in(d.static_name()));
+            let held = good
+                || (suite_name == "default"
+                    && dtypes.iter().any(|d| k.defect_shows_in(d.static_name())));
             let rejected = results
                 .iter()
                 .filter(|r| in_defect(r))
                 .any(|r| !r.conforms() && !matches!(r.verdict, check::Verdict::Unsupported(_)));
             let (ok, outcome) = match (good, held) {
                 (true, _) if conforms => (true, "ok: conforms".to_string()),
+                // the range level: only the range-robust kernels are held to it (DESIGN §3)
+                (true, _) if suite_name == "extreme" && !k.range_robust() => (
+                    true,
+                    format!("not range-robust: rejected ({} cases)", sm.failed),
+                ),
                 (true, _) => (false, "UNEXPECTED: good kernel rejected".to_string()),
+                (false, false) if rejected => (true, format!("ok: rejected ({} cases)", sm.failed)),
+                (false, false) if suite_name != "default" => (
+                    true,
+                    "not held here: its defect shows in the default suite".to_string(),
+                ),
                 (false, false) => (
                     true,
                     format!(
@@ -352,7 +372,7 @@ fn run_families(
             };
             all_ok &= ok;
             println!("{line}  {outcome}");
-            if good && (!conforms || verbose) {
+            if good && (!ok || verbose) {
                 for r in results.iter().filter(|r| !r.conforms()).take(5) {
                     details += &format!("{} {}: {}", k.name(), r.id, r.verdict.name());
                     if let check::Verdict::Malformed(m) | check::Verdict::Unsupported(m) =

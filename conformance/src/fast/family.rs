@@ -627,55 +627,55 @@ fn row_values<P: Prod>(
     f: FloatFormat,
     out: &mut [f64],
 ) -> Vec<usize> {
-    // 2^-94 of the magnitudes, and an absolute floor.
-    const REL: f64 = 5.048709793414476e-29;
-    const FLOOR: f64 = 9.332636185032189e-302;
-    let rstd_abs = r.rstd_dd.hi.abs();
-    let mean_abs = r.mean_dd.hi.abs();
-    let neg_mean = -r.mean_dd;
     let mut undecided = Vec::new();
-    match dy {
-        None => {
-            for (j, &i) in cells.iter().enumerate() {
-                let p = param[i];
-                let wd = w.dd(p);
-                let d = DD::from_f64(x[i]) + neg_mean;
-                let b = w.beta.map_or(0.0, |b| b[p]);
-                let v = d.mul_by::<P>(wd).mul_by::<P>(r.rstd_dd).add_f64(b);
-                let err =
-                    (wd.hi.abs() * (x[i].abs() + mean_abs) * rstd_abs + b.abs()) * REL + FLOOR;
-                match decide(v, err, f) {
-                    Some(y) => out[j] = y,
-                    None => undecided.push(j),
-                }
-            }
-        }
-        Some(dy) => {
-            let neg_a_k = -r.a_k_dd;
-            let a_k_abs = r.a_k_dd.hi.abs();
-            let c_abs = r.c_dd.hi.abs();
-            for (j, &i) in cells.iter().enumerate() {
-                let wd = w.dd(param[i]);
-                let d = DD::from_f64(x[i]) + neg_mean;
-                let t = wd.mul_f64_by::<P>(dy[i]) + neg_a_k + (-d.mul_by::<P>(r.c_dd));
-                let v = t.mul_by::<P>(r.rstd_dd);
-                let mag = wd.hi.abs() * dy[i].abs() + a_k_abs + (x[i].abs() + mean_abs) * c_abs;
-                let err = mag * rstd_abs * REL + FLOOR;
-                match decide(v, err, f) {
-                    Some(v) => out[j] = v,
-                    None => undecided.push(j),
-                }
-            }
+    for (j, &i) in cells.iter().enumerate() {
+        let p = param[i];
+        let b = w.beta.map_or(0.0, |b| b[p]);
+        let (v, err) = cell_dd::<P>(r, x[i], dy.map(|d| d[i]), w.dd(p), b);
+        match decide(v, err, f) {
+            Some(y) => out[j] = y,
+            None => undecided.push(j),
         }
     }
     undecided
 }
 
+/// One cell output in double-double and a bound on its absolute error (module docs, step 3):
+/// `y = b + w·(x − mean)·rstd` (forward, `dy = None`) or `dx = (w·dy − A/K − (x − mean)·C)·rstd`.
+#[inline(always)]
+fn cell_dd<P: Prod>(r: &Row, x: f64, dy: Option<f64>, wd: DD, b: f64) -> (DD, f64) {
+    // 2^-94 of the magnitudes, and an absolute floor.
+    const REL: f64 = 5.048709793414476e-29;
+    const FLOOR: f64 = 9.332636185032189e-302;
+    let rstd_abs = r.rstd_dd.hi.abs();
+    let mean_abs = r.mean_dd.hi.abs();
+    let d = DD::from_f64(x) + -r.mean_dd;
+    match dy {
+        None => {
+            let v = d.mul_by::<P>(wd).mul_by::<P>(r.rstd_dd).add_f64(b);
+            let err = (wd.hi.abs() * (x.abs() + mean_abs) * rstd_abs + b.abs()) * REL + FLOOR;
+            (v, err)
+        }
+        Some(dy) => {
+            let t = wd.mul_f64_by::<P>(dy) + -r.a_k_dd + (-d.mul_by::<P>(r.c_dd));
+            let v = t.mul_by::<P>(r.rstd_dd);
+            let mag =
+                wd.hi.abs() * dy.abs() + r.a_k_dd.hi.abs() + (x.abs() + mean_abs) * r.c_dd.hi.abs();
+            (v, mag * rstd_abs * REL + FLOOR)
+        }
+    }
+}
+
 /// One cell output by the exact path: `y = b + (w·(x − mean)/q)·sqrt(q)`,
 /// `dx = ((w·dy − A/K − (x − mean)·C)/q)·sqrt(q)`.
 fn exact_cell(r: &Row, x: f64, dy: Option<f64>, w: Weights, p: usize, f: FloatFormat) -> f64 {
+    round_q(&cell_exact(r, x, dy, w, p), f)
+}
+
+/// [`exact_cell`]'s exact value.
+fn cell_exact(r: &Row, x: f64, dy: Option<f64>, w: Weights, p: usize) -> QSqrt {
     let d = rat(x) - &r.mean;
-    let v = match dy {
+    match dy {
         None => {
             let b = w.beta.map_or(Rational::zero(), |b| rat(b[p]));
             QSqrt::new(b, w.exact(p) * d / &r.q, r.q.clone())
@@ -684,12 +684,19 @@ fn exact_cell(r: &Row, x: f64, dy: Option<f64>, w: Weights, p: usize, f: FloatFo
             let t = w.exact(p) * rat(dy) - &r.a_k - d * &r.c;
             QSqrt::new(Rational::zero(), t / &r.q, r.q.clone())
         }
-    };
-    round_q(&v, f)
+    }
 }
 
-/// Step 4: `dbeta_p = Σ dy` over the cells of parameter `p`, exactly.
+/// Step 4: `dbeta_p = Σ dy` over the cells of parameter `p`, exactly, rounded to `f`.
 fn dbeta(g: &Grouping, dy: &[f64], f: FloatFormat) -> Vec<f64> {
+    dbeta_exact(g, dy)
+        .into_iter()
+        .map(|v| round_q(&QSqrt::rational(v), f))
+        .collect()
+}
+
+/// `dbeta_p = Σ dy` over the cells of parameter `p`, exactly.
+fn dbeta_exact(g: &Grouping, dy: &[f64]) -> Vec<Rational> {
     g.cells_of_params()
         .par_iter()
         .map(|cells| {
@@ -697,7 +704,7 @@ fn dbeta(g: &Grouping, dy: &[f64], f: FloatFormat) -> Vec<f64> {
             for &i in cells {
                 a.add(dy[i]);
             }
-            round_q(&QSqrt::rational(a.to_rational()), f)
+            a.to_rational()
         })
         .collect()
 }
@@ -720,6 +727,20 @@ fn dgamma(
     f: FloatFormat,
     fallbacks: &AtomicU64,
 ) -> Vec<f64> {
+    dgamma_sums(g, rows, x, dy)
+        .par_iter()
+        .enumerate()
+        .map(|(p, &(sum, err))| {
+            decide(sum, err, f).unwrap_or_else(|| {
+                fallbacks.fetch_add(1, Ordering::Relaxed);
+                dgamma_roots(g, rows, x, dy, p).round(f).to_f64()
+            })
+        })
+        .collect()
+}
+
+/// Every `dgamma_p` in double-double with the bound of the module docs (step 4).
+fn dgamma_sums(g: &Grouping, rows: &[Row], x: &[f64], dy: &[f64]) -> Vec<(DD, f64)> {
     let param = g.param_of();
     let n_params = g.n_params();
     const ROWS_PER_ITEM: usize = 64;
@@ -753,31 +774,20 @@ fn dgamma(
         }
     }
     total
-        .par_iter()
-        .enumerate()
-        .map(|(p, t)| {
+        .iter()
+        .map(|t| {
             // (n + 64)·2^-98 of the magnitudes (the f64 sum of magnitudes is itself within
             // n·2^-53 of the exact one: the margin covers it), and an absolute floor.
             let err = (t.n as f64 + 64.0) * 3.155443620884047e-30 * t.mag * (1.0 + 1e-10)
                 + 9.332636185032189e-302;
-            decide(t.sum, err, f).unwrap_or_else(|| {
-                fallbacks.fetch_add(1, Ordering::Relaxed);
-                exact_dgamma(g, rows, x, dy, p, f)
-            })
+            (t.sum, err)
         })
         .collect()
 }
 
-/// `dgamma_p` by the exact path: per row `E = Σ dy·(x − mean_r)` over the row's cells of `p`,
-/// the sum of roots `Σ (E/q_r)·sqrt(q_r)`, rounded by `spec`.
-fn exact_dgamma(
-    g: &Grouping,
-    rows: &[Row],
-    x: &[f64],
-    dy: &[f64],
-    p: usize,
-    f: FloatFormat,
-) -> f64 {
+/// `dgamma_p` exactly: per row `E = Σ dy·(x − mean_r)` over the row's cells of `p`, the sum
+/// of roots `Σ (E/q_r)·sqrt(q_r)`.
+fn dgamma_roots(g: &Grouping, rows: &[Row], x: &[f64], dy: &[f64], p: usize) -> SumOfRoots {
     let param = g.param_of();
     let mut terms = Vec::new();
     for (cells, r) in g.groups().iter().zip(rows) {
@@ -792,6 +802,214 @@ fn exact_dgamma(
         }
     }
     SumOfRoots::from_terms(Rational::zero(), terms)
-        .round(f)
-        .to_f64()
+}
+
+/// A large family case prepared for judging (`judge::family`), as [`super::cells::FastCells`]
+/// is for batch_norm: the exact per-row constants (steps 1–2), from which every cell output is
+/// had in double-double with its error bound ([`FamilyCells::approx`]) or exactly
+/// ([`FamilyCells::exact`]), and `dgamma` in double-double with its bound (step 4) or as the
+/// exact sum of roots. Nothing per element is stored beyond the inputs and the row index.
+pub struct FamilyCells {
+    case: FamilyCase,
+    grouping: Grouping,
+    rows: Vec<Row>,
+    row_of: Vec<u32>,
+    dgamma: Vec<(DD, f64)>,
+}
+
+impl std::fmt::Debug for FamilyCells {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FamilyCells")
+            .field("op", &self.case.op)
+            .field("shape", &self.case.shape)
+            .field("rows", &self.rows.len())
+            .finish()
+    }
+}
+
+impl FamilyCells {
+    /// The constants of `case` (its `eps` the f64's exact value); `None` where the fast path
+    /// declines (module docs: inputs out of range, `q ≤ 0`, an invalid case, more than 2^32
+    /// rows).
+    pub fn new(case: &FamilyCase) -> Option<FamilyCells> {
+        let grouping = case.validate().ok()?;
+        let eps = f64_to_rational(case.eps)?;
+        let x = case.inputs.get("x")?;
+        let dy = case.inputs.get("dy").map(|v| v.as_slice());
+        for name in ["x", "dy", "gamma", "beta"] {
+            if !case.inputs.get(name).is_none_or(|v| in_range(v)) {
+                return None;
+            }
+        }
+        if grouping.groups().len() > u32::MAX as usize {
+            return None;
+        }
+        let cells = FamilyCells {
+            case: case.clone(),
+            grouping,
+            rows: vec![],
+            row_of: vec![],
+            dgamma: vec![],
+        };
+        let rows = row_constants(
+            &cells.grouping,
+            x,
+            dy,
+            cells.weights(),
+            case.op.centered(),
+            &eps,
+        )?;
+        let mut row_of = vec![0u32; x.len()];
+        for (r, group) in cells.grouping.groups().iter().enumerate() {
+            for &i in group {
+                row_of[i] = r as u32;
+            }
+        }
+        let dgamma = match dy {
+            Some(dy) if case.affine.has_weight() => dgamma_sums(&cells.grouping, &rows, x, dy),
+            _ => vec![],
+        };
+        Some(FamilyCells {
+            rows,
+            row_of,
+            dgamma,
+            ..cells
+        })
+    }
+
+    fn weights(&self) -> Weights<'_> {
+        let get = |n: &str| self.case.inputs.get(n).map(|v| v.as_slice());
+        Weights {
+            gamma: get("gamma"),
+            offset: self.case.convention == RmsConvention::Offset,
+            beta: get("beta"),
+        }
+    }
+
+    /// The cell output: `y` (forward) or `dx` (backward).
+    pub fn output(&self) -> &'static str {
+        if self.case.op.is_backward() {
+            "dx"
+        } else {
+            "y"
+        }
+    }
+
+    /// Number of cells.
+    pub fn len(&self) -> usize {
+        self.row_of.len()
+    }
+
+    /// Whether there are no cells.
+    pub fn is_empty(&self) -> bool {
+        self.row_of.is_empty()
+    }
+
+    fn at(&self, i: usize) -> (&Row, f64, Option<f64>, usize) {
+        let x = self.case.inputs["x"][i];
+        let dy = self.case.inputs.get("dy").map(|d| d[i]);
+        let p = self.grouping.param_of()[i];
+        (&self.rows[self.row_of[i] as usize], x, dy, p)
+    }
+
+    /// The cell output at flat position `i` in double-double with a bound on its absolute
+    /// error (module docs, step 3).
+    pub fn approx(&self, i: usize) -> (DD, f64) {
+        let (r, x, dy, p) = self.at(i);
+        let w = self.weights();
+        let b = if dy.is_none() {
+            w.beta.map_or(0.0, |b| b[p])
+        } else {
+            0.0
+        };
+        cell_dd::<Portable>(r, x, dy, w.dd(p), b)
+    }
+
+    /// The cell output at flat position `i`, exactly.
+    pub fn exact(&self, i: usize) -> QSqrt {
+        let (r, x, dy, p) = self.at(i);
+        cell_exact(r, x, dy, self.weights(), p)
+    }
+
+    /// `dgamma` (a backward with a weight; else empty): per parameter, its double-double and
+    /// the bound on its absolute error.
+    pub fn dgamma_approx(&self) -> &[(DD, f64)] {
+        &self.dgamma
+    }
+
+    /// [`FamilyCells::small_outputs`] in double-double, each with a bound on its absolute
+    /// error (`2^-100` of its magnitude: `mean`, `rstd`, `dbeta` are within `2^-104` relative).
+    pub fn small_approx(&self) -> BTreeMap<&'static str, Vec<(DD, f64)>> {
+        let with_err = |v: DD| {
+            (
+                v,
+                v.hi.abs() * 7.888609052210118e-31 + 9.332636185032189e-302,
+            )
+        };
+        let mut out = BTreeMap::new();
+        match self.case.inputs.get("dy") {
+            None => {
+                if self.case.op.centered() {
+                    out.insert(
+                        "mean",
+                        self.rows.iter().map(|r| with_err(r.mean_dd)).collect(),
+                    );
+                }
+                let rstd = self.rows.iter().map(|r| with_err(r.rstd_dd)).collect();
+                out.insert("rstd", rstd);
+            }
+            Some(dy) => {
+                if self.case.affine.has_bias() {
+                    let v = dbeta_exact(&self.grouping, dy);
+                    out.insert(
+                        "dbeta",
+                        v.iter().map(|r| with_err(dd_of_rational(r))).collect(),
+                    );
+                }
+            }
+        }
+        out
+    }
+
+    /// Number of rows (groups).
+    pub fn rows(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// `dgamma_p` correctly rounded to f64 (the exact sum only where the double-double's
+    /// bound does not decide it).
+    pub fn dgamma_f64(&self, p: usize) -> f64 {
+        let (sum, err) = self.dgamma[p];
+        decide(sum, err, FloatFormat::F64)
+            .unwrap_or_else(|| self.dgamma_exact(p).round(FloatFormat::F64).to_f64())
+    }
+
+    /// `dgamma_p` exactly, a sum of roots over the rows.
+    pub fn dgamma_exact(&self, p: usize) -> SumOfRoots {
+        let x = &self.case.inputs["x"];
+        let dy = &self.case.inputs["dy"];
+        dgamma_roots(&self.grouping, &self.rows, x, dy, p)
+    }
+
+    /// The per-row and per-parameter outputs that are elements of Q(sqrt(q)), exactly:
+    /// `mean` (centred ops) and `rstd` of a forward, `dbeta` of a backward with a bias.
+    pub fn small_outputs(&self) -> BTreeMap<&'static str, Vec<QSqrt>> {
+        let mut out = BTreeMap::new();
+        match self.case.inputs.get("dy") {
+            None => {
+                if self.case.op.centered() {
+                    let m = self.rows.iter().map(|r| QSqrt::rational(r.mean.clone()));
+                    out.insert("mean", m.collect());
+                }
+                out.insert("rstd", self.rows.iter().map(|r| rstd_exact(&r.q)).collect());
+            }
+            Some(dy) => {
+                if self.case.affine.has_bias() {
+                    let v = dbeta_exact(&self.grouping, dy);
+                    out.insert("dbeta", v.into_iter().map(QSqrt::rational).collect());
+                }
+            }
+        }
+        out
+    }
 }

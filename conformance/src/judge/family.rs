@@ -5,6 +5,8 @@
 //! (`mean`, `rstd`) judged only when returned, a missing required output malformed. Results
 //! are the checker's [`CaseResult`]/[`OutputResult`].
 
+use crate::fast::dd::DD;
+use crate::fast::family::{family_fast, FamilyCells};
 use crate::judge::diagnosis::Diagnosis;
 use crate::judge::verdict::{allowed_rel, CaseResult, OutputResult, Verdict};
 use crate::par::*;
@@ -22,6 +24,7 @@ use bnconf_spec::exact::round::{f64_to_rational, round, FloatFormat};
 use bnconf_spec::SpecError;
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// A family case ready to judge: its exact outputs and their budgets.
 #[derive(Clone, Debug)]
@@ -31,7 +34,18 @@ pub struct FamilyPrepared {
     pub budgets: FamilyBudgets,
     /// The sums of roots (`dgamma`) correctly rounded to f64, once per case.
     pub roots_f64: BTreeMap<&'static str, Vec<f64>>,
+    /// Large cases ([`FAMILY_FAST_MIN_LEN`] cells or more): the cell output (`y`, `dx`) and
+    /// `dgamma` are not in `goldens` but judged from these exact per-row constants
+    /// (double-double per element, the exact value where that does not decide the verdict).
+    pub fast: Option<Arc<FamilyCells>>,
+    /// Large cases: the outputs in `goldens` as double-doubles with error bounds (judged
+    /// from these where they decide the verdict, as the cell outputs are).
+    pub approx: BTreeMap<&'static str, Vec<(DD, f64)>>,
 }
+
+/// Cells from which a family case is judged through [`FamilyCells`] instead of one exact
+/// number per element (batch_norm's threshold).
+pub const FAMILY_FAST_MIN_LEN: usize = crate::judge::prepare::FAST_JUDGE_MIN_LEN;
 
 /// The ratio of a computed `dgamma` element against an exact sum of roots, the verdict
 /// (`ratio ≤ k`) exact. A sum of hundreds of roots is slow to subtract exactly (its terms
@@ -76,8 +90,20 @@ pub fn roots_ratio_gated(
     }
 }
 
-/// The goldens and budgets of a family case (the reference's error for an invalid one).
+/// The goldens and budgets of a family case (the reference's error for an invalid one);
+/// large cases ([`FAMILY_FAST_MIN_LEN`] cells or more) through the fast cells.
 pub fn prepare_family(sc: &FamilySuiteCase) -> Result<FamilyPrepared, SpecError> {
+    let large = sc.case.inputs.get("x").map_or(0, Vec::len) >= FAMILY_FAST_MIN_LEN;
+    prepare_family_with(sc, large)
+}
+
+/// [`prepare_family`] through the fast cells whatever the case's size, where the fast path
+/// applies (else exactly): the same verdicts (tests compare the two).
+pub fn prepare_family_fast(sc: &FamilySuiteCase) -> Result<FamilyPrepared, SpecError> {
+    prepare_family_with(sc, true)
+}
+
+fn prepare_family_with(sc: &FamilySuiteCase, fast: bool) -> Result<FamilyPrepared, SpecError> {
     let c = &sc.case;
     let grouping = spec_grouping(c)?;
     let norm = spec_norm(c)?;
@@ -91,6 +117,23 @@ pub fn prepare_family(sc: &FamilySuiteCase) -> Result<FamilyPrepared, SpecError>
         beta: input("beta"),
         eps: c.eps,
     })?;
+    if fast {
+        if let Some(cells) = FamilyCells::new(c) {
+            let goldens = cells
+                .small_outputs()
+                .into_iter()
+                .map(|(n, v)| (n, Golden::Q(v)))
+                .collect();
+            return Ok(FamilyPrepared {
+                case: sc.clone(),
+                goldens,
+                budgets,
+                roots_f64: BTreeMap::new(),
+                approx: cells.small_approx(),
+                fast: Some(Arc::new(cells)),
+            });
+        }
+    }
     let goldens = family_goldens(c)?;
     let roots_f64 = goldens
         .iter()
@@ -109,6 +152,8 @@ pub fn prepare_family(sc: &FamilySuiteCase) -> Result<FamilyPrepared, SpecError>
         goldens,
         budgets,
         roots_f64,
+        fast: None,
+        approx: BTreeMap::new(),
     })
 }
 
@@ -144,6 +189,11 @@ impl FamilyPrepared {
     /// Every exact output correctly rounded to its dtype: what a correctly rounded "kernel"
     /// returns (every output, optional ones included).
     pub fn rounded_goldens(&self) -> BTreeMap<String, Vec<f64>> {
+        if self.fast.is_some() {
+            if let Some(out) = family_fast(&self.case.case) {
+                return out.into_iter().map(|(n, v)| (n.to_string(), v)).collect();
+            }
+        }
         self.goldens
             .iter()
             .map(|(&name, g)| {
@@ -169,8 +219,9 @@ impl FamilyPrepared {
     pub fn judge(&self, computed: &BTreeMap<String, Vec<f64>>) -> CaseResult {
         let c = &self.case.case;
         let optional = c.op.optional_outputs();
+        let expected = self.expected_outputs();
         for name in computed.keys() {
-            if !self.goldens.contains_key(name.as_str()) {
+            if !expected.iter().any(|(n, _)| n == name) {
                 return self.result(
                     Verdict::Malformed(format!(
                         "output `{name}` is not an output of `{}` with affine `{}`",
@@ -181,7 +232,7 @@ impl FamilyPrepared {
             }
         }
         let mut outs = Vec::new();
-        for (&name, golden) in &self.goldens {
+        for (name, len) in expected {
             let Some(vals) = computed.get(name) else {
                 if optional.contains(&name) {
                     continue;
@@ -191,15 +242,15 @@ impl FamilyPrepared {
                     vec![],
                 );
             };
-            if vals.len() != golden.len() {
-                let why = format!(
-                    "output `{name}` has {} values, expected {}",
-                    vals.len(),
-                    golden.len()
-                );
+            if vals.len() != len {
+                let why = format!("output `{name}` has {} values, expected {len}", vals.len(),);
                 return self.result(Verdict::Malformed(why), vec![]);
             }
-            outs.push(self.judge_output(name, golden, vals));
+            outs.push(match (&self.fast, self.goldens.get(name)) {
+                (_, Some(golden)) => self.judge_output(name, golden, vals),
+                (Some(f), None) => self.judge_fast_output(f, name, vals),
+                (None, None) => unreachable!("an expected output has a golden"),
+            });
         }
         let verdict = if outs.iter().all(|o| o.n_over == 0) {
             Verdict::Pass
@@ -209,17 +260,106 @@ impl FamilyPrepared {
         self.result(verdict, outs)
     }
 
+    /// Every output the case has (optional ones included), in name order, with its length.
+    fn expected_outputs(&self) -> Vec<(&'static str, usize)> {
+        let mut v: Vec<(&'static str, usize)> =
+            self.goldens.iter().map(|(&n, g)| (n, g.len())).collect();
+        if let Some(f) = &self.fast {
+            v.push((f.output(), f.len()));
+            if !f.dgamma_approx().is_empty() {
+                v.push(("dgamma", f.dgamma_approx().len()));
+            }
+        }
+        v.sort();
+        v
+    }
+
+    /// [`Self::judge_output`] of an output judged through the fast cells: the cell output or
+    /// `dgamma`. Each element's ratio from the double-double value where its bound puts the
+    /// ratio on one side of `k`, else exactly; the same verdict as the exact path.
+    fn judge_fast_output(&self, f: &FamilyCells, name: &'static str, vals: &[f64]) -> OutputResult {
+        let u = format_of(self.case.case.dtype_of(name)).unit_roundoff();
+        let k = self.budgets.gate[name];
+        let budgets = &self.budgets.outputs[name];
+        let cell = name != "dgamma";
+        let ratios: Vec<f64> = vals
+            .par_iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                let approx = if cell {
+                    f.approx(i)
+                } else {
+                    f.dgamma_approx()[i]
+                };
+                fast_ratio(approx, v, &budgets[i], u, k).unwrap_or_else(|| {
+                    if cell {
+                        budgets[i].ratio(v, &f.exact(i), u)
+                    } else {
+                        element_ratio_roots(&budgets[i], v, &f.dgamma_exact(i), u)
+                    }
+                })
+            })
+            .collect();
+        let key = |r: f64| if r.is_nan() { f64::INFINITY } else { r };
+        let mut worst = 0usize;
+        for (i, &r) in ratios.iter().enumerate() {
+            if key(r) > key(ratios[worst]) {
+                worst = i;
+            }
+        }
+        let (expected, expected_f64) = if cell {
+            let e = f.exact(worst);
+            (e.to_string(), round(&e, FloatFormat::F64).to_f64())
+        } else if f.rows() <= 16 {
+            let e = f.dgamma_exact(worst);
+            (e.to_string(), e.round(FloatFormat::F64).to_f64())
+        } else {
+            // a sum over thousands of rows: its exact form is long and slow to build; the
+            // report gives its correctly rounded f64 (exact form: `bnconf golden`)
+            let e64 = f.dgamma_f64(worst);
+            let s = format!(
+                "{e64:e} (correctly rounded; exactly a sum of up to {} square roots)",
+                f.rows()
+            );
+            (s, e64)
+        };
+        OutputResult {
+            name: name.to_string(),
+            worst_ratio: key(ratios[worst]),
+            index: worst,
+            expected,
+            expected_f64,
+            actual: vals[worst],
+            budget: budgets[worst],
+            n_over: ratios.iter().filter(|&&r| key(r) > k).count(),
+            len: vals.len(),
+            rank: None,
+            allowed_rel: allowed_rel(vals, budgets, k, u),
+        }
+    }
+
     fn judge_output(&self, name: &'static str, golden: &Golden, vals: &[f64]) -> OutputResult {
         let u = format_of(self.case.case.dtype_of(name)).unit_roundoff();
         let k = self.budgets.gate[name];
         let budgets = &self.budgets.outputs[name];
         let ratios: Vec<f64> = match golden {
-            Golden::Q(ex) => ex
-                .iter()
-                .zip(vals)
-                .zip(budgets)
-                .map(|((e, &v), b)| b.ratio(v, e, u))
-                .collect(),
+            Golden::Q(ex) => match self.approx.get(name) {
+                Some(ap) => ex
+                    .par_iter()
+                    .zip(vals)
+                    .zip(budgets)
+                    .zip(ap)
+                    .map(|(((e, &v), b), &a)| {
+                        fast_ratio(a, v, b, u, k).unwrap_or_else(|| b.ratio(v, e, u))
+                    })
+                    .collect(),
+                None => ex
+                    .iter()
+                    .zip(vals)
+                    .zip(budgets)
+                    .map(|((e, &v), b)| b.ratio(v, e, u))
+                    .collect(),
+            },
             Golden::Roots(ex) => ex
                 .iter()
                 .zip(&self.roots_f64[name])
@@ -256,6 +396,29 @@ impl FamilyPrepared {
             allowed_rel: allowed_rel(vals, budgets, k, u),
         }
     }
+}
+
+/// The ratio of `computed` against an exact value known as `approx = (value, bound on its
+/// absolute error)`, where that decides the verdict at gate `k` (as batch_norm's fast cells
+/// do): `None` where the exact value is needed (near the gate, a zero or non-finite budget,
+/// a computed value beyond 2^1000).
+fn fast_ratio(approx: (DD, f64), computed: f64, b: &ElementBudget, u: f64, k: f64) -> Option<f64> {
+    if !computed.is_finite() {
+        return Some(f64::INFINITY);
+    }
+    let total = b.total(u);
+    if !(total.is_finite() && total > 0.0) || computed.abs() > 2f64.powi(1000) {
+        return None;
+    }
+    let (v, err) = approx;
+    let d = DD::from_f64(computed) + -v;
+    let diff = (d.hi + d.lo).abs();
+    // |diff| is within err (the value's bound) + 2^-50·|diff| (the subtraction) of the true
+    // |computed − exact|.
+    let unc = err + diff * 2f64.powi(-50);
+    let scale = u * total;
+    let (lo, hi) = ((diff - unc) / scale, (diff + unc) / scale);
+    (hi <= k || lo > k).then_some(diff / scale)
 }
 
 /// Run a family kernel on prepared cases, in process, and judge each (cases in parallel,

@@ -11,6 +11,8 @@
 use super::family_sharp::family_non_discriminating;
 use super::level::{Level, Precision};
 use super::rng::{to_dtype, Rng};
+use crate::fast::acc::SuperAcc;
+use crate::fast::family::family_fast_in;
 use crate::precision::family_budget::{family_budgets, FamilyProblem};
 use bnconf_impl::family::{Affine, Family, FamilyCase, FamilyLayout, FamilyOp, RmsConvention};
 use bnconf_impl::Dtype;
@@ -41,6 +43,13 @@ pub struct FamilySuite {
     pub cases: Vec<FamilySuiteCase>,
     pub excluded: Vec<(String, String)>,
 }
+
+/// The family's suites (FORMAT.md: `--suite` keeps its meaning in every family): `default`
+/// (core and conditioning: well-scaled data, the cancellation sweep, constant rows, var ≈ eps,
+/// `K = 1`, many rows per gamma, and f16 cells whose squares overflow), `extreme` (range:
+/// squares that overflow or underflow the dtype), `scale` (rows of `K ≥ 2^16 + 1` cells and
+/// `≥ 2^16` rows, judged through the fast cells).
+pub const FAMILY_SUITES: [&str; 3] = ["default", "extreme", "scale"];
 
 /// The levels of a family suite, in table order.
 pub const FAMILY_LEVELS: [Level; 3] = [Level::Core, Level::Conditioning, Level::Range];
@@ -107,6 +116,115 @@ fn cancel_ratios(f: FloatFormat) -> &'static [f64] {
         FloatFormat::F32 => &[1e2, 1e4],
         FloatFormat::F16 => &[1e1],
         FloatFormat::BF16 => &[2e0],
+    }
+}
+
+/// The classes of suite `suite` (one of [`FAMILY_SUITES`]) of `family` in precision `p`.
+fn classes_of(suite: &str, family: Family, p: Precision) -> Vec<Class> {
+    match suite {
+        "extreme" => extreme_classes(family, p),
+        "scale" => scale_classes(family, p),
+        _ => classes(family, p),
+    }
+}
+
+/// The `extreme` suite: `huge` cells whose squares overflow the activation dtype (the
+/// statistics and outputs do not), `tiny` cells whose squares underflow it, with `eps = 0`.
+fn extreme_classes(family: Family, p: Precision) -> Vec<Class> {
+    let (huge, tiny) = match p.act {
+        FloatFormat::F64 => (1e160, 1e-165),
+        FloatFormat::F16 => (300.0, 1e-4),
+        // f32 and bf16 (f32's range): squares above f32's largest, below its least subnormal
+        _ => (2e19, 1e-23),
+    };
+    let shape = match family {
+        Family::LayerNorm | Family::RmsNorm => Shape::Last(&[3, 8], 1),
+        Family::GroupNorm => Shape::Groups(FamilyLayout::Nchw, &[2, 6, 2, 2], 2),
+    };
+    let full = match family {
+        Family::RmsNorm => Affine::Weight,
+        _ => Affine::WeightBias,
+    };
+    let class = |name: &str, std: f64, eps: f64| Class {
+        name: name.to_string(),
+        level: Level::Range,
+        shape,
+        data: Data::Normal { centre: 0.0, std },
+        affine: full,
+        convention: RmsConvention::Standard,
+        eps,
+        backward_only: false,
+    };
+    vec![class("huge", huge, 1e-5), class("tiny", tiny, 0.0)]
+}
+
+/// The `scale` suite: rows (groups) of `K ≥ 2^16 + 1` cells, well-scaled and with the
+/// precision's largest cancellation ratio, and `2^16` rows (groups) whose `dgamma` sums them
+/// all; `normalized_ndim = 2`, channels-last, `C/G = 3`.
+fn scale_classes(family: Family, p: Precision) -> Vec<Class> {
+    let cancel = *cancel_ratios(p.act).last().expect("a ratio per dtype");
+    let normal = Data::Normal {
+        centre: 0.0,
+        std: 1.0,
+    };
+    let far = Data::Normal {
+        centre: cancel,
+        std: 1.0,
+    };
+    let shifted = Data::Normal {
+        centre: 0.5,
+        std: 1.0,
+    };
+    let full = match family {
+        Family::RmsNorm => Affine::Weight,
+        _ => Affine::WeightBias,
+    };
+    let class = |name: &str, level, shape, data| Class {
+        name: name.to_string(),
+        level,
+        shape,
+        data,
+        affine: full,
+        convention: RmsConvention::Standard,
+        eps: 1e-5,
+        backward_only: false,
+    };
+    use Level::*;
+    match family {
+        Family::LayerNorm | Family::RmsNorm => vec![
+            class("k65537", Core, Shape::Last(&[3, 65537], 1), normal),
+            class("k65537-far", Conditioning, Shape::Last(&[2, 65537], 1), far),
+            class("nd2-k66049", Core, Shape::Last(&[2, 257, 257], 2), shifted),
+            class(
+                "rows65536",
+                Conditioning,
+                Shape::Last(&[65536, 4], 1),
+                shifted,
+            ),
+        ],
+        Family::GroupNorm => {
+            use FamilyLayout::*;
+            vec![
+                class(
+                    "k68403-g1",
+                    Core,
+                    Shape::Groups(Nchw, &[2, 3, 151, 151], 1),
+                    normal,
+                ),
+                class(
+                    "nhwc-k68403-c3",
+                    Conditioning,
+                    Shape::Groups(Nhwc, &[2, 151, 151, 6], 2),
+                    far,
+                ),
+                class(
+                    "instance-65536",
+                    Conditioning,
+                    Shape::Groups(Nchw, &[2048, 32, 2, 2], 32),
+                    shifted,
+                ),
+            ]
+        }
     }
 }
 
@@ -456,6 +574,12 @@ pub fn family_goldens_exact(
 /// `u` of one cell moves `q` by `q/2` or more (exactly: `2u·|x_j·d_j|/K + u²·x_j²·(K−1)/K²`
 /// centred, `(2u + u²)·x_j²/K` for rms_norm), or when `q ≤ 0`. Returns the reason.
 pub fn family_ill_posed(case: &FamilyCase) -> Option<String> {
+    ill_posed_with(case, true)
+}
+
+/// [`family_ill_posed`], each group decided first by [`quick_ill_posed`] when `quick`, else
+/// exactly throughout (the same answer: tested).
+fn ill_posed_with(case: &FamilyCase, quick: bool) -> Option<String> {
     let g = match spec_grouping(case) {
         Ok(g) => g,
         Err(e) => return Some(format!("invalid: {e}")),
@@ -463,12 +587,21 @@ pub fn family_ill_posed(case: &FamilyCase) -> Option<String> {
     let centred = case.op.centered();
     let p = format_of(case.dtype).precision();
     let u = Rational::new(1.into(), num_bigint::BigInt::from(1u8) << p);
+    let u_f = 0.5f64.powi(p as i32);
     let two = Rational::from_integer(2.into());
     let one = Rational::from_integer(1.into());
     let zero = Rational::from_integer(0.into());
     let eps = f64_to_rational(case.eps)?;
     let xs = case.inputs.get("x")?;
     for (gi, cells) in g.groups().iter().enumerate() {
+        if quick && cells.len() >= QUICK_MIN_CELLS {
+            let xf: Vec<f64> = cells.iter().map(|&i| xs[i]).collect();
+            match quick_ill_posed(&xf, centred, u_f, &eps) {
+                Some(None) => continue,
+                Some(Some(why)) => return Some(format!("group {gi}: {why}")),
+                None => {} // undecided: exactly, below
+            }
+        }
         let x: Vec<Rational> = cells
             .iter()
             .map(|&i| f64_to_rational(xs[i]))
@@ -509,6 +642,101 @@ pub fn family_ill_posed(case: &FamilyCase) -> Option<String> {
         }
     }
     None
+}
+
+/// Groups from which [`family_ill_posed`] first decides in f64 with a rigorous error bound
+/// ([`quick_ill_posed`]), exactly only where that does not decide: every group (the test
+/// `quick_ill_posedness_is_the_exact_one` compares both on every suite and on near-threshold
+/// groups).
+const QUICK_MIN_CELLS: usize = 1;
+
+/// [`family_ill_posed`]'s decision for one group's cells `x` in f64 arithmetic with a
+/// rigorous bound on its error: `Some(None)` well-posed, `Some(Some(reason))` ill-posed (the
+/// exact decision's reason), `None` where the bound leaves it open (or an input is outside
+/// `[2^-300, 2^300]`, where products could underflow or overflow). `q` is exact (exact sums),
+/// `cond_q` and each cell's move are summed in f64 with their error bounded.
+fn quick_ill_posed(
+    x: &[f64],
+    centred: bool,
+    u: f64,
+    eps: &Rational,
+) -> Option<Option<&'static str>> {
+    if !x
+        .iter()
+        .all(|&v| v == 0.0 || (v.abs() > 5e-91 && v.abs() < 2e90))
+    {
+        return None;
+    }
+    let k = x.len() as f64;
+    let kr = Rational::from_integer((x.len() as i64).into());
+    let (mut s1, mut s2) = (SuperAcc::new(), SuperAcc::new());
+    for &v in x {
+        s1.add(v);
+        s2.add_product(v, v);
+    }
+    let (s1, s2) = (s1.to_rational(), s2.to_rational());
+    let (mean, q) = if centred {
+        let mean = &s1 / &kr;
+        let var = (&kr * &s2 - &s1 * &s1) / (&kr * &kr);
+        (mean, var + eps)
+    } else {
+        (Rational::from_integer(0.into()), &s2 / &kr + eps)
+    };
+    if !q.is_positive() {
+        return None;
+    }
+    let to_f = |r: &Rational| round(&QSqrt::rational(r.clone()), FloatFormat::F64).to_f64();
+    let (mean_f, q_f) = (to_f(&mean), to_f(&q));
+    if !(q_f.is_finite() && q_f > 1e-250) {
+        return None;
+    }
+    // |mean − mean_f| ≤ ulp/2; each d = fl(x − mean_f) within δ + 2^-52·|d| of x − mean.
+    const E: f64 = 2.220446049250313e-16; // 2^-52
+    let delta = mean_f.abs() * E;
+    let (mut cond, mut sum_x, mut worst_hi, mut worst_lo) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
+    let w2 = u * u * (k - 1.0) / (k * k);
+    for &v in x {
+        let ax = v.abs();
+        let t = if centred {
+            (
+                (v - mean_f).abs() * ax,
+                (delta + (v - mean_f).abs() * E) * ax,
+            )
+        } else {
+            (ax * ax, 0.0)
+        };
+        cond += t.0;
+        sum_x += ax;
+        let (mv, mv_err) = if centred {
+            (2.0 * u * t.0 / k + w2 * ax * ax, 2.0 * u * t.1 / k)
+        } else {
+            ((2.0 * u + u * u) * t.0 / k, 0.0)
+        };
+        let mv_err = mv_err + mv * 8.0 * E;
+        worst_hi = worst_hi.max(mv + mv_err);
+        worst_lo = worst_lo.max(mv - mv_err);
+    }
+    // cond_q = (2/K)·Σ|d·x|: each term within its δ-part and 2 roundings, the f64 sum within
+    // (K + 1)·2^-52 of the sum of its terms.
+    let cond_err = 2.0 / k * (delta * sum_x + cond * (k + 4.0) * E);
+    let cond = 2.0 * cond / k;
+    let half = q_f / 2.0;
+    let (lo, hi) = (half * (1.0 - 4.0 * E), half * (1.0 + 4.0 * E));
+    let ucond_hi = u * (cond + cond_err) * (1.0 + 4.0 * E);
+    let ucond_lo = u * (cond - cond_err) * (1.0 - 4.0 * E);
+    if ucond_lo > hi {
+        return Some(Some("u·cond_q ≥ q/2"));
+    }
+    if ucond_hi >= lo {
+        return None;
+    }
+    if worst_lo > hi {
+        return Some(Some("one input's relative move of u moves q by ≥ q/2"));
+    }
+    if worst_hi >= lo {
+        return None;
+    }
+    Some(None)
 }
 
 /// Draws a class's case for `op` in precision `p` from `rng`.
@@ -595,6 +823,11 @@ fn non_discriminating(case: &FamilyCase) -> Option<String> {
         eps: case.eps,
     })
     .ok()?;
+    // every output's exact value rounded to f64: the fast path's, bit for bit the exact one's
+    let eps = f64_to_rational(case.eps)?;
+    if let Some((exact, _)) = family_fast_in(case, &eps, FloatFormat::F64, FloatFormat::F64) {
+        return family_non_discriminating(case, &exact, &budgets);
+    }
     let exact = family_goldens(case)
         .ok()?
         .into_iter()
@@ -619,10 +852,23 @@ fn non_discriminating(case: &FamilyCase) -> Option<String> {
 /// cases, byte for byte, for the same arguments), ill-posed and non-discriminating cases left
 /// out (`suite::family_sharp`).
 pub fn family_suite(family: Family, dtypes: &[Precision], seed: u64) -> FamilySuite {
+    family_suite_named("default", family, dtypes, seed).expect("a suite")
+}
+
+/// [`family_suite`] of the suite named `suite` ([`FAMILY_SUITES`]; `None` for another name).
+pub fn family_suite_named(
+    suite: &str,
+    family: Family,
+    dtypes: &[Precision],
+    seed: u64,
+) -> Option<FamilySuite> {
+    if !FAMILY_SUITES.contains(&suite) {
+        return None;
+    }
     let mut s = FamilySuite::default();
     let root = Rng::new(seed).fork(&format!("family/{family}"));
     for &p in dtypes {
-        for c in classes(family, p) {
+        for c in classes_of(suite, family, p) {
             for &op in family.ops() {
                 if c.backward_only && !op.is_backward() {
                     continue;
@@ -648,7 +894,7 @@ pub fn family_suite(family: Family, dtypes: &[Precision], seed: u64) -> FamilySu
             }
         }
     }
-    s
+    Some(s)
 }
 
 /// One case of `op` drawn afresh, for property tests: class `class` of the op's family in
@@ -688,6 +934,92 @@ mod tests {
 
     fn all_precisions() -> Vec<Precision> {
         Precision::ALL.to_vec()
+    }
+
+    #[test]
+    fn quick_ill_posedness_is_the_exact_one() {
+        // every case of the small suites, kept or excluded
+        let mut n = 0;
+        for &family in Family::ALL {
+            for suite in ["default", "extreme"] {
+                for p in all_precisions() {
+                    for c in classes_of(suite, family, p) {
+                        for &op in family.ops() {
+                            let mut rng = Rng::new(11).fork(&format!("{op}{}", c.name));
+                            let case = draw(op, &c, p, &mut rng);
+                            assert_eq!(
+                                ill_posed_with(&case, true),
+                                ill_posed_with(&case, false),
+                                "{op} {suite} {} {}",
+                                p.name(),
+                                c.name
+                            );
+                            n += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(n > 300, "{n}");
+        // rows at the threshold u·cond_q ≈ q/2: mean/std around 1/(3.2u), every K from 1
+        let mut rng = Rng::new(5);
+        let (mut ill, mut well, mut decided, mut total) = (0, 0, 0, 0);
+        for (dtype, u) in [(Dtype::F32, 2f64.powi(-24)), (Dtype::F64, 2f64.powi(-53))] {
+            for t in 0..400 {
+                let k = 1 + t % 97;
+                let ratio = rng.range(0.2, 2.0) / (3.2 * u);
+                let s = rng.range(0.5, 2.0);
+                let x: Vec<f64> = (0..k)
+                    .map(|_| {
+                        let v = s * (ratio + rng.normal());
+                        if dtype == Dtype::F32 {
+                            v as f32 as f64
+                        } else {
+                            v
+                        }
+                    })
+                    .collect();
+                for op in [FamilyOp::LayerNorm, FamilyOp::RmsNorm] {
+                    let case = FamilyCase {
+                        op,
+                        layout: FamilyLayout::Last,
+                        shape: vec![1, k],
+                        dtype,
+                        param_dtype: dtype,
+                        eps: if t % 3 == 0 { 0.0 } else { 1e-5 },
+                        normalized_ndim: Some(1),
+                        groups: None,
+                        affine: Affine::None,
+                        convention: RmsConvention::Standard,
+                        inputs: [("x".to_string(), x.clone())].into_iter().collect(),
+                    };
+                    let exact = ill_posed_with(&case, false);
+                    assert_eq!(ill_posed_with(&case, true), exact, "{dtype:?} {x:?}");
+                    let eps = f64_to_rational(case.eps).expect("finite");
+                    // f32 data: f64 arithmetic has 29 bits to spare at the threshold (f64 data
+                    // at its own threshold cancels in f64, and goes to the exact path)
+                    if dtype == Dtype::F32 {
+                        let q = quick_ill_posed(&x, op.centered(), u, &eps);
+                        decided += usize::from(q.is_some());
+                        total += 1;
+                    }
+                    if exact.is_some() {
+                        ill += 1;
+                    } else {
+                        well += 1;
+                    }
+                }
+            }
+        }
+        assert!(
+            ill > 100 && well > 100,
+            "ill-posed {ill}, well-posed {well}"
+        );
+        // and the quick decision is the one that decides, but for a few at the threshold
+        assert!(
+            decided * 10 > total * 9,
+            "quick decided {decided} of {total}"
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! directory's manifest (`"family"` marks a family export). The family's counterpart of
 //! [`super::select::Selection`]; the cases are [`super::family::family_suite`]'s.
 
-use super::family::{family_suite, FamilySuite};
+use super::family::{family_suite_named, FamilySuite, FAMILY_SUITES};
 use super::level::{parse_precision, Precision};
 use super::shard::Shard;
 use crate::error::{ConfError, Result};
@@ -20,6 +20,8 @@ pub struct FamilySelection {
     pub family: String,
     /// The families it covers, in order.
     pub families: Vec<Family>,
+    /// `default`, `extreme` or `scale` ([`FAMILY_SUITES`]).
+    pub suite: String,
     pub precision: Precision,
     pub seed: u64,
     /// Only these ops (all if empty).
@@ -60,11 +62,12 @@ impl FamilySelection {
     ) -> Result<FamilySelection> {
         let families = parse_family(family)?
             .ok_or_else(|| ConfError::field("--family", "batch_norm is not a family selection"))?;
-        if suite != "default" {
+        if !FAMILY_SUITES.contains(&suite) {
             return Err(ConfError::field(
                 "--suite",
                 format!(
-                    "{suite:?} is not yet available for the normalization family (--family {family}): use --suite default"
+                    "{suite:?} is not a suite of the normalization family (--family {family}): one of {}",
+                    FAMILY_SUITES.join(", ")
                 ),
             ));
         }
@@ -77,6 +80,7 @@ impl FamilySelection {
         let mut sel = FamilySelection {
             family: family.to_string(),
             families,
+            suite: suite.to_string(),
             precision,
             seed,
             ops: vec![],
@@ -132,7 +136,8 @@ impl FamilySelection {
     pub fn generate(&self) -> FamilySuite {
         let mut out = FamilySuite::default();
         for &f in &self.families {
-            let s = family_suite(f, &[self.precision], self.seed);
+            let s = family_suite_named(&self.suite, f, &[self.precision], self.seed)
+                .expect("a checked suite name");
             out.cases
                 .extend(s.cases.into_iter().filter(|c| self.selects(&c.id)));
             out.excluded
@@ -148,7 +153,7 @@ impl FamilySelection {
     pub fn manifest_json(&self, s: &FamilySuite) -> Value {
         let mut m = json!({
             "format": "bnconf-suite/1",
-            "suite": "default",
+            "suite": self.suite,
             "family": self.family,
             "seed": self.seed,
             "dtype": self.precision.name(),

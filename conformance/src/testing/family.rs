@@ -37,7 +37,7 @@
 //! (`mean`, `rstd`: judged only when returned). [`KernelCase::norm_groups`] gives each row's
 //! (or each (sample, group)'s) cells in the order of the `mean`/`rstd` outputs, and
 //! [`KernelCase::param_index`] the `gamma`/`beta` index of every cell. The suites are the
-//! family suites of `bnconf run --family` (`default` only in this revision).
+//! family suites of `bnconf run --family` (`default`, `extreme`, `scale`).
 
 use super::{unknown, KernelCase, Options, Outputs, Report};
 use crate::error::ConfError;
@@ -45,7 +45,9 @@ use crate::judge::family::{prepare_family_all, FamilyPrepared};
 use crate::judge::verdict::{CaseResult, Verdict};
 use crate::par::*;
 use crate::report::fmt_ratio;
-use crate::suite::family::{family_draw, family_ill_posed, family_suite, FamilySuiteCase};
+use crate::suite::family::{
+    family_draw, family_ill_posed, family_suite_named, FamilySuiteCase, FAMILY_SUITES,
+};
 use crate::suite::{self, parse_precision, Level};
 use bnconf_impl::family::{
     family_kernel_by_name, Affine, Family, FamilyCase, FamilyLayout, FamilyOp, Grouping, Named,
@@ -225,12 +227,13 @@ pub(super) fn family_suite_cases(
     family: Family,
     options: &Options,
 ) -> Result<Vec<FamilySuiteCase>, ConfError> {
-    if options.suite != "default" {
+    if !FAMILY_SUITES.contains(&options.suite.as_str()) {
         return Err(ConfError::field(
             "suite",
             format!(
-                "{:?}: the family has only the `default` suite in this revision",
-                options.suite
+                "{:?}: the family's suites are {}",
+                options.suite,
+                FAMILY_SUITES.join(", ")
             ),
         ));
     }
@@ -257,11 +260,13 @@ pub(super) fn family_suite_cases(
         (options.ops.is_empty() || options.ops.contains(&op))
             && (options.layouts.is_empty() || options.layouts.contains(&layout))
     };
-    let cases: Vec<FamilySuiteCase> = family_suite(family, &[prec], options.seed)
-        .cases
-        .into_iter()
-        .filter(keep)
-        .collect();
+    let cases: Vec<FamilySuiteCase> =
+        family_suite_named(&options.suite, family, &[prec], options.seed)
+            .expect("a checked suite name")
+            .cases
+            .into_iter()
+            .filter(keep)
+            .collect();
     if cases.is_empty() {
         return Err(ConfError::field(
             "ops",

@@ -26,6 +26,7 @@ const fn twopass(name: &'static str, description: &'static str, family: Family) 
         stats_out: true,
         flaw: None,
         defective_ops: &[],
+        scaled: false,
     }
 }
 
@@ -41,6 +42,14 @@ const fn bad(
         expected: Expected::KnownBad,
         flaw: Some(flaw),
         defective_ops,
+        ..twopass(name, description, family)
+    }
+}
+
+/// The range-robust variant of a family's two-pass recipe ([`FamilyRecipe::scaled`]).
+const fn scaled(name: &'static str, description: &'static str, family: Family) -> FamilyRecipe {
+    FamilyRecipe {
+        scaled: true,
         ..twopass(name, description, family)
     }
 }
@@ -79,6 +88,13 @@ fn recipes() -> Vec<FamilyRecipe> {
              only (no mean, rstd).",
             Family::LayerNorm,
         ),
+        scaled(
+            "ln-scaled",
+            "LayerNorm, range-robust: each row scaled by the power of two that brings its \
+             largest |x| into [1, 2) (exact) before the two-pass statistics, rstd scaled back, \
+             so squares never overflow or underflow; otherwise ln-twopass.",
+            Family::LayerNorm,
+        ),
         twopass(
             "rms-twopass",
             "RMSNorm: Σx²/K summed pairwise in the working precision (f64 for f64 data, f32 \
@@ -90,6 +106,12 @@ fn recipes() -> Vec<FamilyRecipe> {
             "rms-half-f32acc",
             "RMSNorm keeping per-cell intermediates (xhat, dy·w) in the storage type while \
              Σx² and the backward's sums accumulate in f32; returns y only (no rstd).",
+            Family::RmsNorm,
+        ),
+        scaled(
+            "rms-scaled",
+            "RMSNorm, range-robust: Σx² of each row scaled by a power of two (largest |x| in \
+             [1, 2)), rstd scaled back; otherwise rms-twopass.",
             Family::RmsNorm,
         ),
         twopass(
@@ -104,6 +126,12 @@ fn recipes() -> Vec<FamilyRecipe> {
             "gn-half-f32acc",
             "GroupNorm keeping per-cell intermediates (xhat, dy·gamma) in the storage type while \
              every sum accumulates in f32; returns y only (no mean, rstd).",
+            Family::GroupNorm,
+        ),
+        scaled(
+            "gn-scaled",
+            "GroupNorm, range-robust: each (sample, group) scaled by a power of two (largest |x| \
+             in [1, 2)) before the two-pass statistics, rstd scaled back; otherwise gn-twopass.",
             Family::GroupNorm,
         ),
         bad(

@@ -64,6 +64,10 @@ pub(crate) struct FamilyRecipe {
     pub stats_out: bool,
     pub flaw: Option<Flaw>,
     pub defective_ops: &'static [FamilyOp],
+    /// Range-robust statistics: each group's cells scaled by a power of two that brings its
+    /// largest `|x|` into `[1, 2)` before the sums (exact, as LAPACK's `nrm2` scales), so that
+    /// squares neither overflow nor underflow; `rstd` scaled back.
+    pub scaled: bool,
 }
 
 impl FamilyKernel for FamilyRecipe {
@@ -94,6 +98,9 @@ impl FamilyKernel for FamilyRecipe {
     }
     fn defect_mixed_only(&self) -> bool {
         self.has(Flaw::HalfXhatDgamma)
+    }
+    fn range_robust(&self) -> bool {
+        self.scaled
     }
     fn run(&self, case: &FamilyCase) -> Result<Outputs, Unsupported> {
         if case.op.family() != self.family {
@@ -172,6 +179,9 @@ impl FamilyRecipe {
             .iter()
             .map(|cells| {
                 let xs: Vec<A> = cells.iter().map(|&i| x[i]).collect();
+                if self.scaled {
+                    return scaled_stats(case, &xs, moments, eps);
+                }
                 let (mean, var) = if case.op.centered() {
                     moments.mean_var(Summation::Pairwise, case.dtype, &xs)
                 } else {
@@ -290,4 +300,38 @@ impl FamilyRecipe {
         }
         out
     }
+}
+
+/// `(mean, rstd)` of one group by [`FamilyRecipe::scaled`]: with `s = 2^-e` bringing the
+/// largest `|x|` into `[1, 2)`, the moments of `s·x` (exact scalings), then
+/// `mean = mean'/s` and `rstd = s/sqrt(var' + eps·s²)` (or, where `eps·s²` overflows because
+/// the cells are tiny, `1/sqrt(var'/s² + eps)`: eps dominates).
+fn scaled_stats<A: Real>(case: &FamilyCase, xs: &[A], moments: Moments, eps: A) -> (A, A) {
+    let amax = xs.iter().map(|v| v.to_f64().abs()).fold(0.0f64, f64::max);
+    if amax == 0.0 || !amax.is_finite() {
+        let (mean, var) = if case.op.centered() {
+            moments.mean_var(Summation::Pairwise, case.dtype, xs)
+        } else {
+            (A::ZERO, A::ZERO)
+        };
+        return (mean, A::ONE / (var + eps).sqrt());
+    }
+    // s = 2^-e with 2^e ≤ amax < 2^(e+1), as two factors so that neither overflows
+    let e = amax.log2().floor() as i32;
+    let (s1, s2) = (A::of(2f64.powi(-e / 2)), A::of(2f64.powi(-(e - e / 2))));
+    let scaled: Vec<A> = xs.iter().map(|&v| v * s1 * s2).collect();
+    let (mean, var) = if case.op.centered() {
+        moments.mean_var(Summation::Pairwise, case.dtype, &scaled)
+    } else {
+        let ss = Summation::Pairwise.sum(case.dtype, scaled.len(), |i| scaled[i] * scaled[i]);
+        (A::ZERO, ss / A::count(scaled.len()))
+    };
+    let (inv1, inv2) = (A::of(2f64.powi(e / 2)), A::of(2f64.powi(e - e / 2)));
+    let eps_s = eps * s1 * s1 * s2 * s2;
+    let rstd = if eps_s.to_f64().is_finite() {
+        A::ONE / (var + eps_s).sqrt() * s1 * s2
+    } else {
+        A::ONE / (var / (inv1 * inv2) / (inv1 * inv2) + eps).sqrt()
+    };
+    (mean * inv1 * inv2, rstd)
 }

@@ -40,6 +40,11 @@ pub trait FamilyKernel: Send + Sync {
         self.defect_dtypes().iter().any(|d| d.name() == act)
             && (!self.defect_mixed_only() || precision.contains('+'))
     }
+    /// Whether a good kernel is built to conform at the range level (the `extreme` suite:
+    /// squares that overflow or underflow the dtype); the others are not held there.
+    fn range_robust(&self) -> bool {
+        false
+    }
     /// Outputs by name, each value representable in its dtype ([`FamilyCase::dtype_of`]).
     /// A malformed case is [`Unsupported`] with a reason starting `invalid case:` that names
     /// the field.
