@@ -289,3 +289,49 @@ fn run_and_export_take_the_family_suites() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The case count in `bnconf run --family`'s header line.
+fn header_cases(text: &str) -> usize {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("bnconf run: family"))
+        .expect("a header");
+    let before = line.split(" cases (").next().expect("cases");
+    before
+        .rsplit(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect("a count")
+}
+
+#[test]
+fn run_family_shards_partition_the_suite_and_every_good_kernel_conforms_on_each() {
+    let run = |extra: &[&str]| {
+        let out = bnconf()
+            .args(["run", "--family", "rms_norm", "--dtypes", "f32,bf16"])
+            .args(extra)
+            .output()
+            .expect("runs");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert_eq!(out.status.code(), Some(0), "{extra:?}: {text}");
+        text
+    };
+    let whole = header_cases(&run(&[]));
+    let mut sum = 0;
+    for sh in ["1/3", "2/3", "3/3"] {
+        let text = run(&["--shard", sh]);
+        assert!(text.contains(&format!("shard {sh}")), "{text}");
+        for line in text.lines().filter(|l| l.starts_with("rms-")) {
+            assert!(line.ends_with("ok: conforms"), "{line}");
+        }
+        sum += header_cases(&text);
+    }
+    assert_eq!(sum, whole);
+    // a bad shard names the flag
+    let out = bnconf()
+        .args(["run", "--family", "rms_norm", "--shard", "4/3"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--shard"));
+}

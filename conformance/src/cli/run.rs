@@ -44,12 +44,6 @@ pub(crate) fn run_family_or_bn(
             ),
         ));
     }
-    if shard.is_some() {
-        return Err(ConfError::field(
-            "--shard",
-            "not available with --family (the family suites are not sharded)",
-        ));
-    }
     let precs = parse_dtypes(dtypes)?;
     for n in only {
         if bnconf_impl::family::family_kernel_by_name(n).is_none() {
@@ -59,7 +53,7 @@ pub(crate) fn run_family_or_bn(
             ));
         }
     }
-    run_families(suite_name, &families, &precs, seed, only, verbose)
+    run_families(suite_name, &families, &precs, seed, only, verbose, shard)
 }
 
 fn parse_dtypes(dtypes: &[String]) -> Result<Vec<suite::Precision>, ConfError> {
@@ -261,7 +255,9 @@ fn print_run_table(
 /// kernel must fail a case in one of its `defect_dtypes` when the run has one of them (else
 /// it is "not held here"); the known-bad kernels are held in the `default` suite, where their
 /// defects show by construction, and reported in `extreme` and `scale` (rejected or not). In
-/// `extreme` (the range level) only the range-robust good kernels must conform.
+/// `extreme` (the range level) only the range-robust good kernels must conform. With a shard
+/// (`--shard K/N`: the shard's cases of each family suite), every good kernel must conform on
+/// the shard and the known-bad kernels are reported, as in `extreme` and `scale`.
 /// Exit 1 on an unexpected outcome.
 fn run_families(
     suite_name: &str,
@@ -270,12 +266,19 @@ fn run_families(
     seed: u64,
     only: &[String],
     verbose: bool,
+    shard: Option<bnconf::suite::shard::Shard>,
 ) -> Result<ExitCode, ConfError> {
     let wanted = |name: &str| only.is_empty() || only.iter().any(|n| n == name);
     let mut all_ok = true;
     for (i, &family) in families.iter().enumerate() {
-        let s = suite::family::family_suite_named(suite_name, family, dtypes, seed)
+        let mut s = suite::family::family_suite_named(suite_name, family, dtypes, seed)
             .expect("a family suite's name");
+        if let Some(sh) = shard {
+            sh.apply_family(&mut s);
+        }
+        // known-bad kernels are held where their defects show by construction: the whole
+        // default suite
+        let holds_bad = suite_name == "default" && shard.is_none();
         let prepared = prepare_family_all(&s.cases)?;
         let kernels: Vec<Box<dyn FamilyKernel>> = bnconf_impl::family::family_kernels(family)
             .into_iter()
@@ -287,7 +290,8 @@ fn run_families(
         let names: Vec<String> = dtypes.iter().map(|d| d.name()).collect();
         let ops: Vec<&str> = family.ops().iter().map(|o| o.name()).collect();
         println!(
-            "bnconf run: family {family} (suite {suite_name}, seed {seed}), {} cases ({} excluded as ill-posed or non-discriminating), {} in {}",
+            "bnconf run: family {family} (suite {suite_name}{}, seed {seed}), {} cases ({} excluded as ill-posed or non-discriminating), {} in {}",
+            shard.map_or(String::new(), |sh| format!(", shard {sh}")),
             s.cases.len(),
             s.excluded.len(),
             ops.join(", "),
@@ -332,9 +336,8 @@ fn run_families(
             // a known-bad kernel is held where the run has one of its defect's dtypes
             let defect: Vec<&str> = k.defect_dtypes().iter().map(|d| d.name()).collect();
             let in_defect = |r: &check::CaseResult| k.defect_shows_in(r.dtype);
-            let held = good
-                || (suite_name == "default"
-                    && dtypes.iter().any(|d| k.defect_shows_in(d.static_name())));
+            let held =
+                good || (holds_bad && dtypes.iter().any(|d| k.defect_shows_in(d.static_name())));
             let rejected = results
                 .iter()
                 .filter(|r| in_defect(r))
@@ -348,6 +351,13 @@ fn run_families(
                 ),
                 (true, _) => (false, "UNEXPECTED: good kernel rejected".to_string()),
                 (false, false) if rejected => (true, format!("ok: rejected ({} cases)", sm.failed)),
+                (false, false) if shard.is_some() => (
+                    true,
+                    format!(
+                        "not held in shard {}: it is held on the whole default suite",
+                        shard.expect("a shard")
+                    ),
+                ),
                 (false, false) if suite_name != "default" => (
                     true,
                     "not held here: its defect shows in the default suite".to_string(),
