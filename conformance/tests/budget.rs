@@ -75,6 +75,10 @@ fn shape_for(rng: &mut Rng, layout: Layout, max_m: u64) -> Vec<usize> {
         Layout::Chw => vec![c, d(rng, 3), d(rng, 3)],
         Layout::Nchw => vec![d(rng, 2), c, d(rng, 2), d(rng, 3)],
         Layout::Nhwc => vec![d(rng, 2), d(rng, 2), d(rng, 3), c],
+        Layout::Nc => vec![d(rng, 6), c],
+        Layout::Ncl => vec![d(rng, 2), c, d(rng, 3)],
+        Layout::Ncdhw => vec![d(rng, 2), c, d(rng, 2), d(rng, 2), d(rng, 2)],
+        Layout::Ndhwc => vec![d(rng, 2), d(rng, 2), d(rng, 2), d(rng, 2), c],
     }
 }
 

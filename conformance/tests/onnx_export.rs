@@ -102,7 +102,12 @@ fn check_precision(prec: &str) {
         let c = by_id[u["id"].as_str().unwrap()];
         let why = u["reason"].as_str().unwrap();
         match (c.op, c.layout) {
-            (_, Layout::Nhwc) => assert!(why.contains("nhwc"), "{why}"),
+            (_, Layout::Nhwc | Layout::Ndhwc) => {
+                assert!(
+                    why.contains(&format!("layout {}", c.layout.name())),
+                    "{why}"
+                )
+            }
             (Op::RunningUpdate, _) => {
                 assert_eq!(c.convention.unwrap().name(), "pytorch");
                 assert!(why.contains("unbiased"), "{why}");
@@ -163,7 +168,9 @@ fn check_precision(prec: &str) {
         // Inputs: the suite's values bit for bit, in their dtypes, X with ONNX's dims.
         let data = dir.join(id).join("test_data_set_0");
         let x_dims: Vec<i64> = match c.layout {
-            Layout::Nchw => c.shape.iter().map(|&d| d as i64).collect(),
+            Layout::Nchw | Layout::Nc | Layout::Ncl | Layout::Ncdhw => {
+                c.shape.iter().map(|&d| d as i64).collect()
+            }
             _ => std::iter::once(1)
                 .chain(c.shape.iter().map(|&d| d as i64))
                 .collect(),
@@ -239,9 +246,10 @@ fn check_precision(prec: &str) {
             }
         }
     }
-    // eval and forward on rows, flat, chw, nchw; running_update where the suite has it.
+    // eval and forward on rows, flat, chw, nchw, nc, ncl, ncdhw; running_update where the
+    // suite has it.
     for op in ["eval", "forward"] {
-        for l in ["rows", "flat", "chw", "nchw"] {
+        for l in ["rows", "flat", "chw", "nchw", "nc", "ncl", "ncdhw"] {
             assert!(seen.contains(&(op, l)), "{op} {l}: {seen:?}");
         }
     }

@@ -156,7 +156,11 @@ fn check_dtype(t: FloatFormat) {
         module_cases.push((e, mc));
     }
     // forward/backward/eval on every layout
-    assert_eq!(ops_seen.len(), 15, "{ops_seen:?}");
+    assert_eq!(
+        ops_seen.len(),
+        3 * bnconf_spec::Layout::ALL.len(),
+        "{ops_seen:?}"
+    );
     let cases: Vec<SuiteCase> = module_cases.iter().map(|(_, c)| c.clone()).collect();
     let prepared = check::prepare(&cases).unwrap();
     let mut compared = 0usize;

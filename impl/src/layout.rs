@@ -10,15 +10,21 @@ pub(crate) fn element_count(shape: &[usize]) -> Result<usize, String> {
     })
 }
 
+/// Number of axes of a layout's shape.
+fn rank(layout: Layout) -> usize {
+    match layout {
+        Layout::Rows | Layout::Flat | Layout::Nc => 2,
+        Layout::Chw | Layout::Ncl => 3,
+        Layout::Nchw | Layout::Nhwc => 4,
+        Layout::Ncdhw | Layout::Ndhwc => 5,
+    }
+}
+
 /// `(C, m, n)` for a layout and shape: the channel count, the cells per channel and the
 /// element count, computed from the shape alone (nothing is allocated, so a hostile shape
 /// such as `[1e6, 1e6, 1, 1]` costs nothing). Same errors as [`channel_cells`].
 pub fn channel_dims(layout: Layout, shape: &[usize]) -> Result<(usize, usize, usize), String> {
-    let rank = match layout {
-        Layout::Rows | Layout::Flat => 2,
-        Layout::Chw => 3,
-        Layout::Nchw | Layout::Nhwc => 4,
-    };
+    let rank = rank(layout);
     if shape.len() != rank {
         return Err(format!(
             "layout `{}` needs a shape of rank {rank}, got {shape:?}",
@@ -28,8 +34,9 @@ pub fn channel_dims(layout: Layout, shape: &[usize]) -> Result<(usize, usize, us
     let n = element_count(shape)?;
     let c = match layout {
         Layout::Rows | Layout::Flat | Layout::Chw => shape[0],
-        Layout::Nchw => shape[1],
+        Layout::Nchw | Layout::Nc | Layout::Ncl | Layout::Ncdhw => shape[1],
         Layout::Nhwc => shape[3],
+        Layout::Ndhwc => shape[4],
     };
     if c == 0 {
         return Err(format!("shape {shape:?} has no channels"));
@@ -50,6 +57,10 @@ pub fn channel_dims(layout: Layout, shape: &[usize]) -> Result<(usize, usize, us
 /// | `chw` | `[C, H, W]` | `(c*H + h)*W + w` |
 /// | `nchw` | `[N, C, H, W]` | `((n*C + c)*H + h)*W + w` for all n, h, w |
 /// | `nhwc` | `[N, H, W, C]` | `((n*H + h)*W + w)*C + c` for all n, h, w |
+/// | `nc` | `[N, C]` | `n*C + c` for all n |
+/// | `ncl` | `[N, C, L]` | `(n*C + c)*L + l` for all n, l |
+/// | `ncdhw` | `[N, C, D, H, W]` | `(((n*C + c)*D + d)*H + h)*W + w` for all n, d, h, w |
+/// | `ndhwc` | `[N, D, H, W, C]` | `(((n*D + d)*H + h)*W + w)*C + c` for all n, d, h, w |
 ///
 /// Errors: wrong rank, a shape whose element count overflows, no channels, or an empty
 /// channel (`m == 0`).
@@ -57,11 +68,7 @@ pub fn channel_cells(
     layout: Layout,
     shape: &[usize],
 ) -> Result<(usize, usize, Vec<Vec<usize>>), String> {
-    let rank = match layout {
-        Layout::Rows | Layout::Flat => 2,
-        Layout::Chw => 3,
-        Layout::Nchw | Layout::Nhwc => 4,
-    };
+    let rank = rank(layout);
     if shape.len() != rank {
         return Err(format!(
             "layout `{}` needs a shape of rank {rank}, got {shape:?}",
@@ -75,6 +82,10 @@ pub fn channel_cells(
         Layout::Chw => (shape[0], 1, shape[1] * shape[2]),
         Layout::Nchw => (shape[1], shape[0], shape[2] * shape[3]),
         Layout::Nhwc => (shape[3], shape[0] * shape[1] * shape[2], 1),
+        Layout::Nc => (shape[1], shape[0], 1),
+        Layout::Ncl => (shape[1], shape[0], shape[2]),
+        Layout::Ncdhw => (shape[1], shape[0], shape[2] * shape[3] * shape[4]),
+        Layout::Ndhwc => (shape[4], shape[0] * shape[1] * shape[2] * shape[3], 1),
     };
     if c == 0 {
         return Err(format!("shape {shape:?} has no channels"));
@@ -144,12 +155,55 @@ mod tests {
     }
 
     #[test]
+    fn new_batch_layouts_against_explicit_formulas() {
+        let (n, c, d, h, w) = (2, 3, 2, 2, 3);
+        let (cc, m, cells) = channel_cells(Layout::Nc, &[n, c]).unwrap();
+        assert_eq!((cc, m), (c, n));
+        assert_eq!(cells[1], vec![1, c + 1]);
+        let (cc, m, cells) = channel_cells(Layout::Ncl, &[n, c, w]).unwrap();
+        assert_eq!((cc, m), (c, n * w));
+        for (ch, got) in cells.iter().enumerate() {
+            let want: Vec<usize> = (0..n)
+                .flat_map(|ni| (0..w).map(move |l| (ni * c + ch) * w + l))
+                .collect();
+            assert_eq!(got, &want);
+        }
+        let spatial = |ni: usize| {
+            (0..d).flat_map(move |di| {
+                (0..h).flat_map(move |hi| (0..w).map(move |wi| (ni, di, hi, wi)))
+            })
+        };
+        let (cc, m, cells) = channel_cells(Layout::Ncdhw, &[n, c, d, h, w]).unwrap();
+        assert_eq!((cc, m), (c, n * d * h * w));
+        for (ch, got) in cells.iter().enumerate() {
+            let want: Vec<usize> = (0..n)
+                .flat_map(spatial)
+                .map(|(ni, di, hi, wi)| (((ni * c + ch) * d + di) * h + hi) * w + wi)
+                .collect();
+            assert_eq!(got, &want);
+        }
+        let (cc, m, cells) = channel_cells(Layout::Ndhwc, &[n, d, h, w, c]).unwrap();
+        assert_eq!((cc, m), (c, n * d * h * w));
+        for (ch, got) in cells.iter().enumerate() {
+            let want: Vec<usize> = (0..n)
+                .flat_map(spatial)
+                .map(|(ni, di, hi, wi)| (((ni * d + di) * h + hi) * w + wi) * c + ch)
+                .collect();
+            assert_eq!(got, &want);
+        }
+    }
+
+    #[test]
     fn every_index_exactly_once() {
         for (l, shape) in [
             (Layout::Rows, vec![3, 5]),
             (Layout::Chw, vec![3, 1, 5]),
             (Layout::Nchw, vec![3, 2, 1, 3]),
             (Layout::Nhwc, vec![1, 3, 2, 4]),
+            (Layout::Nc, vec![4, 3]),
+            (Layout::Ncl, vec![2, 3, 5]),
+            (Layout::Ncdhw, vec![2, 3, 2, 1, 3]),
+            (Layout::Ndhwc, vec![2, 2, 1, 3, 3]),
         ] {
             let (_, _, cells) = channel_cells(l, &shape).unwrap();
             let mut all: Vec<usize> = cells.concat();
@@ -167,6 +221,9 @@ mod tests {
             (Layout::Chw, vec![3, 1, 5]),
             (Layout::Nchw, vec![3, 2, 1, 3]),
             (Layout::Nhwc, vec![1, 3, 2, 4]),
+            (Layout::Nc, vec![4, 3]),
+            (Layout::Ncdhw, vec![2, 3, 2, 1, 3]),
+            (Layout::Ndhwc, vec![2, 2, 1, 3, 3]),
         ] {
             let (c, m, cells) = channel_cells(l, &shape).unwrap();
             let n: usize = shape.iter().product();
@@ -194,5 +251,8 @@ mod tests {
         assert!(channel_cells(Layout::Rows, &[3, 0]).is_err());
         assert!(channel_cells(Layout::Nchw, &[0, 3, 2, 2]).is_err());
         assert!(channel_cells(Layout::Nhwc, &[usize::MAX, 2, 2, 1]).is_err());
+        assert!(channel_cells(Layout::Ncdhw, &[2, 3, 2, 2]).is_err());
+        assert!(channel_cells(Layout::Ndhwc, &[2, 2, 0, 3, 3]).is_err());
+        assert!(channel_dims(Layout::Nc, &[0, 3]).is_err());
     }
 }

@@ -182,28 +182,50 @@ struct RankGeometry {
     cells: Vec<Vec<Vec<usize>>>,
 }
 
-/// Positions of each channel's cells in a shard of shape `[n, C, H, W]` / `[n, H, W, C]`
-/// (`n` may be 0). Returns `(C, cells per channel)`.
+/// Positions of each channel's cells in a shard of a batch layout (`[n, C, …]` channels-first:
+/// nchw, nc, ncl, ncdhw; `[n, …, C]` channels-last: nhwc, ndhwc; `n` may be 0). Returns
+/// `(C, cells per channel)`.
 fn shard_cells(layout: Layout, shape: &[usize]) -> Result<(usize, Vec<Vec<usize>>), String> {
-    if shape.len() != 4 {
-        return Err(format!("shape {shape:?}: a replicated case is 4-d"));
-    }
-    let (c, hw) = match layout {
-        Layout::Nchw => (shape[1], shape[2] * shape[3]),
-        Layout::Nhwc => (shape[3], shape[1] * shape[2]),
-        other => return Err(format!("layout {other}: replicated cases are nchw or nhwc")),
+    let (rank, channels_last) = match layout {
+        Layout::Nc => (2, false),
+        Layout::Ncl => (3, false),
+        Layout::Nchw => (4, false),
+        Layout::Nhwc => (4, true),
+        Layout::Ncdhw => (5, false),
+        Layout::Ndhwc => (5, true),
+        other => {
+            return Err(format!(
+                "layout {other}: replicated cases have a batch axis (nchw, nhwc, nc, ncl, ncdhw or ndhwc)"
+            ))
+        }
     };
+    if shape.len() != rank {
+        return Err(format!(
+            "shape {shape:?}: a replicated {layout} case is {rank}-d"
+        ));
+    }
+    let c = if channels_last {
+        shape[rank - 1]
+    } else {
+        shape[1]
+    };
+    let hw = shape[1..].iter().try_fold(1usize, |p, &d| p.checked_mul(d));
+    let hw = hw.ok_or_else(|| format!("shape {shape:?}: element count overflows"))?;
     if c == 0 || hw == 0 {
         return Err(format!("shape {shape:?} has an empty channel or image"));
     }
+    let hw = hw / c;
     let n = shape[0];
     let cells = (0..c)
         .map(|ch| {
             (0..n)
                 .flat_map(|b| {
-                    (0..hw).map(move |s| match layout {
-                        Layout::Nchw => (b * c + ch) * hw + s,
-                        _ => (b * hw + s) * c + ch,
+                    (0..hw).map(move |s| {
+                        if channels_last {
+                            (b * hw + s) * c + ch
+                        } else {
+                            (b * c + ch) * hw + s
+                        }
                     })
                 })
                 .collect()
@@ -560,5 +582,29 @@ mod tests {
             );
             assert_ne!(a, b, "{} computes like the good kernel", k.name());
         }
+    }
+
+    /// A shard's cells on every batch layout are `channel_cells`' (n ≥ 1), none when n = 0,
+    /// and a layout without a batch axis, or a wrong rank, is refused.
+    #[test]
+    fn shard_cells_match_channel_cells_on_batch_layouts() {
+        for (l, shape) in [
+            (Layout::Nchw, vec![2, 3, 2, 2]),
+            (Layout::Nhwc, vec![2, 2, 2, 3]),
+            (Layout::Nc, vec![4, 3]),
+            (Layout::Ncl, vec![2, 3, 5]),
+            (Layout::Ncdhw, vec![2, 3, 2, 1, 3]),
+            (Layout::Ndhwc, vec![2, 2, 1, 3, 3]),
+        ] {
+            let (c, cells) = shard_cells(l, &shape).unwrap();
+            let (cc, _, want) = crate::channel_cells(l, &shape).unwrap();
+            assert_eq!((c, &cells), (cc, &want), "{l:?}");
+            let mut empty = shape.clone();
+            empty[0] = 0;
+            let (_, cells) = shard_cells(l, &empty).unwrap();
+            assert!(cells.iter().all(Vec::is_empty), "{l:?}");
+        }
+        assert!(shard_cells(Layout::Chw, &[3, 2, 2]).is_err());
+        assert!(shard_cells(Layout::Ncdhw, &[2, 3, 2, 2]).is_err());
     }
 }

@@ -76,6 +76,14 @@ named_enum!(
         Nchw = "nchw",
         /// `[N, H, W, C]`, channels last.
         Nhwc = "nhwc",
+        /// `[N, C]` (BatchNorm1d on 2-D input), statistics over n.
+        Nc = "nc",
+        /// `[N, C, L]`, statistics over n, l.
+        Ncl = "ncl",
+        /// `[N, C, D, H, W]` (BatchNorm3d), statistics over n, d, h, w.
+        Ncdhw = "ncdhw",
+        /// `[N, D, H, W, C]`, channels last, statistics over n, d, h, w.
+        Ndhwc = "ndhwc",
     }
 );
 

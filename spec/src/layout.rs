@@ -19,16 +19,29 @@ pub enum Layout {
     Nchw,
     /// `[N, H, W, C]`, channels-last (not in the seed).
     Nhwc,
+    /// `[N, C]`, BatchNorm1d on 2-D input: statistics over N (one cell per sample; as
+    /// [`Layout::Nchw`] with `H·W = 1`).
+    Nc,
+    /// `[N, C, L]`, BatchNorm1d on 3-D input (as [`Layout::Nchw`] with `H·W = L`).
+    Ncl,
+    /// `[N, C, D, H, W]`, BatchNorm3d (as [`Layout::Nchw`] with `H·W = D·H·W`).
+    Ncdhw,
+    /// `[N, D, H, W, C]`, channels-last BatchNorm3d (as [`Layout::Nhwc`] with `H·W = D·H·W`).
+    Ndhwc,
 }
 
 impl Layout {
     /// Every layout.
-    pub const ALL: [Layout; 5] = [
+    pub const ALL: [Layout; 9] = [
         Layout::Rows,
         Layout::Flat,
         Layout::Chw,
         Layout::Nchw,
         Layout::Nhwc,
+        Layout::Nc,
+        Layout::Ncl,
+        Layout::Ncdhw,
+        Layout::Ndhwc,
     ];
 
     /// FORMAT.md's name.
@@ -39,6 +52,10 @@ impl Layout {
             Layout::Chw => "chw",
             Layout::Nchw => "nchw",
             Layout::Nhwc => "nhwc",
+            Layout::Nc => "nc",
+            Layout::Ncl => "ncl",
+            Layout::Ncdhw => "ncdhw",
+            Layout::Ndhwc => "ndhwc",
         }
     }
     /// Parse FORMAT.md's name.
@@ -48,10 +65,16 @@ impl Layout {
     /// Number of dimensions of the layout's shape.
     pub fn rank(self) -> usize {
         match self {
-            Layout::Rows | Layout::Flat => 2,
-            Layout::Chw => 3,
+            Layout::Rows | Layout::Flat | Layout::Nc => 2,
+            Layout::Chw | Layout::Ncl => 3,
             Layout::Nchw | Layout::Nhwc => 4,
+            Layout::Ncdhw | Layout::Ndhwc => 5,
         }
+    }
+    /// Whether the layout has a batch axis first and the channel axis last (`nhwc`, `ndhwc`):
+    /// the bridge of [`Geometry::offset`] is then the channels-last one.
+    pub fn channels_last(self) -> bool {
+        matches!(self, Layout::Nhwc | Layout::Ndhwc)
     }
     /// `(C, m, n)` for a shape in this layout: the channel count, the cells per channel and
     /// the element count, from the shape alone (nothing is allocated, so a hostile shape such
@@ -72,8 +95,9 @@ impl Layout {
             .ok_or_else(|| format!("shape {shape:?}: element count overflows"))?;
         let c = match self {
             Layout::Rows | Layout::Flat | Layout::Chw => shape[0],
-            Layout::Nchw => shape[1],
+            Layout::Nchw | Layout::Nc | Layout::Ncl | Layout::Ncdhw => shape[1],
             Layout::Nhwc => shape[3],
+            Layout::Ndhwc => shape[4],
         };
         if c == 0 {
             return Err(format!("shape {shape:?} has no channels"));
@@ -99,13 +123,23 @@ pub struct Geometry {
     pub m: usize,
     /// Batch N (1 for layouts without a batch axis).
     pub n: usize,
-    /// Spatial cells per example and channel (H·W, or m for rows/flat).
+    /// Spatial cells per example and channel (H·W; L for ncl, D·H·W for ncdhw/ndhwc, 1 for
+    /// nc, or m for rows/flat).
     pub hw: usize,
 }
 
 impl Geometry {
     /// Check a shape against a layout (C3): right rank, no zero extent, no overflow, at most
     /// `max_elems` elements. Nothing is allocated before this succeeds.
+    ///
+    /// ```
+    /// # use bnconf_spec::{Geometry, Layout};
+    /// let g = Geometry::new(Layout::Ncdhw, &[2, 3, 2, 2, 3], 1 << 10).unwrap();
+    /// assert_eq!((g.n, g.c, g.hw, g.m), (2, 3, 12, 24));
+    /// let g = Geometry::new(Layout::Nc, &[6, 3], 1 << 10).unwrap();
+    /// assert_eq!((g.n, g.c, g.hw, g.m), (6, 3, 1, 6));
+    /// assert!(Geometry::new(Layout::Ndhwc, &[2, 2, 2, 3], 1 << 10).is_err()); // rank 4, not 5
+    /// ```
     pub fn new(layout: Layout, shape: &[usize], max_elems: usize) -> Result<Geometry, SpecError> {
         let bad = |reason: String| SpecError::Shape { reason };
         if shape.len() != layout.rank() {
@@ -133,6 +167,10 @@ impl Geometry {
             Layout::Chw => (shape[0], 1, shape[1] * shape[2]),
             Layout::Nchw => (shape[1], shape[0], shape[2] * shape[3]),
             Layout::Nhwc => (shape[3], shape[0], shape[1] * shape[2]),
+            Layout::Nc => (shape[1], shape[0], 1),
+            Layout::Ncl => (shape[1], shape[0], shape[2]),
+            Layout::Ncdhw => (shape[1], shape[0], shape[2] * shape[3] * shape[4]),
+            Layout::Ndhwc => (shape[4], shape[0], shape[1] * shape[2] * shape[3]),
         };
         Ok(Geometry {
             layout,
@@ -154,13 +192,27 @@ impl Geometry {
     }
 
     /// Offset in the layout of cell `k` (0 ≤ k < m) of channel `c`: the gather index of the
-    /// bridge into the matrix view at Mat position `(c, k)`, `k = n·hw + s`.
+    /// bridge into the matrix view at Mat position `(c, k)`, `k = n·hw + s`. The channels-first
+    /// batch layouts (`nc`, `ncl`, `ncdhw`) use S21 as `nchw` does (their spatial axes
+    /// flattened into `hw`), `ndhwc` the channels-last bridge of `nhwc`.
+    ///
+    /// ```
+    /// # use bnconf_spec::{Geometry, Layout};
+    /// // ncl [2, 3, 5]: cell k = n·5 + l of channel c sits at (n·3 + c)·5 + l.
+    /// let g = Geometry::new(Layout::Ncl, &[2, 3, 5], 1 << 10).unwrap();
+    /// assert_eq!(g.offset(1, 7), (1 * 3 + 1) * 5 + 2);
+    /// // ndhwc [2, 2, 2, 3, 3]: cell k = n·12 + s of channel c sits at (n·12 + s)·3 + c.
+    /// let g = Geometry::new(Layout::Ndhwc, &[2, 2, 2, 3, 3], 1 << 10).unwrap();
+    /// assert_eq!(g.offset(2, 13), 13 * 3 + 2);
+    /// ```
     pub fn offset(&self, c: usize, k: usize) -> usize {
         match self.layout {
             Layout::Rows | Layout::Flat => c * self.m + k,
             Layout::Chw => reassoc_fwd(self.hw, c * self.hw + k),
-            Layout::Nchw => bnchw_transpose_fwd(self.c, self.n, self.hw, c * self.m + k),
-            Layout::Nhwc => {
+            Layout::Nchw | Layout::Nc | Layout::Ncl | Layout::Ncdhw => {
+                bnchw_transpose_fwd(self.c, self.n, self.hw, c * self.m + k)
+            }
+            Layout::Nhwc | Layout::Ndhwc => {
                 let (n, s) = (k / self.hw, k % self.hw);
                 (n * self.hw + s) * self.c + c
             }
@@ -282,12 +334,16 @@ mod tests {
 
     #[test]
     fn channel_dims_agree_with_geometry_and_name_the_fault() {
-        let shapes: [(Layout, &[usize]); 5] = [
+        let shapes: [(Layout, &[usize]); 9] = [
             (Layout::Rows, &[3, 5]),
             (Layout::Flat, &[2, 7]),
             (Layout::Chw, &[3, 2, 4]),
             (Layout::Nchw, &[2, 3, 4, 5]),
             (Layout::Nhwc, &[2, 4, 5, 3]),
+            (Layout::Nc, &[6, 3]),
+            (Layout::Ncl, &[2, 3, 5]),
+            (Layout::Ncdhw, &[2, 3, 2, 2, 3]),
+            (Layout::Ndhwc, &[2, 2, 2, 3, 3]),
         ];
         for (layout, shape) in shapes {
             let g = Geometry::new(layout, shape, 1 << 20).unwrap();
@@ -298,6 +354,11 @@ mod tests {
             );
         }
         assert_eq!(Layout::Nhwc.channel_dims(&[2, 4, 5, 3]), Ok((3, 40, 120)));
+        assert_eq!(Layout::Nc.channel_dims(&[6, 3]), Ok((3, 6, 18)));
+        assert_eq!(
+            Layout::Ndhwc.channel_dims(&[2, 2, 2, 3, 3]),
+            Ok((3, 24, 72))
+        );
         // No element limit: a huge shape is sized, not refused.
         let huge = [1_000_000, 1_000_000, 1, 1];
         assert_eq!(
@@ -305,6 +366,10 @@ mod tests {
             Ok((1_000_000, 1_000_000, 1_000_000_000_000))
         );
         let err = |l: Layout, s: &[usize]| l.channel_dims(s).unwrap_err();
+        assert_eq!(
+            err(Layout::Ncdhw, &[2, 3, 4, 5]),
+            "layout `ncdhw` needs a shape of rank 5, got [2, 3, 4, 5]"
+        );
         assert_eq!(
             err(Layout::Chw, &[3, 4]),
             "layout `chw` needs a shape of rank 3, got [3, 4]"

@@ -90,8 +90,8 @@ impl FastCells {
         let g = &self.geom;
         match g.layout {
             Layout::Rows | Layout::Flat | Layout::Chw => j / g.m,
-            Layout::Nchw => (j / g.hw) % g.c,
-            Layout::Nhwc => j % g.c,
+            Layout::Nchw | Layout::Nc | Layout::Ncl | Layout::Ncdhw => (j / g.hw) % g.c,
+            Layout::Nhwc | Layout::Ndhwc => j % g.c,
         }
     }
 

@@ -271,11 +271,11 @@ pub(super) fn cells_chunk<T: Cell, P: dd::Prod>(
                 let c = i / g.m;
                 (c, (c + 1) * g.m)
             }
-            Layout::Nchw => {
+            Layout::Nchw | Layout::Nc | Layout::Ncl | Layout::Ncdhw => {
                 let b = i / g.hw;
                 (b % g.c, (b + 1) * g.hw)
             }
-            Layout::Nhwc => (i % g.c, i + 1),
+            Layout::Nhwc | Layout::Ndhwc => (i % g.c, i + 1),
         };
         let run_end = run_end.min(end);
         let ch = &chans[c];

@@ -12,12 +12,12 @@ use bnconf_spec::Geometry;
 pub(super) fn for_each_run(g: &Geometry, c: usize, mut f: impl FnMut(usize, usize, usize)) {
     match g.layout {
         Layout::Rows | Layout::Flat | Layout::Chw => f(c * g.m, g.m, 1),
-        Layout::Nchw => {
+        Layout::Nchw | Layout::Nc | Layout::Ncl | Layout::Ncdhw => {
             for n in 0..g.n {
                 f((n * g.c + c) * g.hw, g.hw, 1)
             }
         }
-        Layout::Nhwc => f(c, g.m, g.c),
+        Layout::Nhwc | Layout::Ndhwc => f(c, g.m, g.c),
     }
 }
 

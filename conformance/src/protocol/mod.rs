@@ -32,7 +32,13 @@ pub(crate) fn shape_of(c: &SuiteCase, name: &str) -> Vec<usize> {
         bnconf_spec::op::Extent::Cells => c.shape.clone(),
         // A replicated rank's shard may have no rows: its channels are the case's.
         bnconf_spec::op::Extent::Channel if !c.shard_sizes.is_empty() => {
-            vec![c.shape[if c.layout == Layout::Nhwc { 3 } else { 1 }]]
+            vec![
+                c.shape[if c.layout.channels_last() {
+                    c.shape.len() - 1
+                } else {
+                    1
+                }],
+            ]
         }
         bnconf_spec::op::Extent::Channel => vec![g().c],
         bnconf_spec::op::Extent::Shards => vec![g().m],
@@ -584,13 +590,14 @@ mod tests {
     fn judge_dir_streams_the_results_of_judging_all_at_once() {
         let full = crate::suite::test_suite("default", &[FloatFormat::F32]);
         // Every op, a few cases of each, and the large-mean ones, which the one-pass variance
-        // fails (forward and backward).
+        // fails (forward and backward). The seed's five layouts only (the first five of
+        // `Layout::ALL`): with the 0.3 layouts, the 8 would all be gaussian.
         let mut cases: Vec<SuiteCase> = vec![];
         for op in Op::ALL {
             cases.extend(
                 full.cases
                     .iter()
-                    .filter(|c| c.op == op)
+                    .filter(|c| c.op == op && bnconf_spec::Layout::ALL[..5].contains(&c.layout))
                     .filter(|c| c.class.starts_with("large-mean") || c.class == "gaussian")
                     .take(8)
                     .cloned(),

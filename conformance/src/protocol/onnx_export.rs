@@ -21,9 +21,10 @@
 //!   The PyTorch convention blends the unbiased variance: no ONNX operator.
 //! * `epsilon` and `momentum` are float32 attributes: the goldens and budgets are those of the
 //!   case with exactly the float32 values (as the StableHLO export does for eps).
-//! * Layouts: `nchw` as is; `rows`/`flat` (`[C, m]`) as `[1, C, m]` and `chw` as
-//!   `[1, C, H, W]` (the same elements in the same order, the channel on axis 1). `nhwc` has
-//!   its channel last, which BatchNormalization does not take.
+//! * Layouts: `nchw`, `nc`, `ncl`, `ncdhw` as they are (`[N, C, D1, ...]`); `rows`/`flat`
+//!   (`[C, m]`) as `[1, C, m]` and `chw` as `[1, C, H, W]` (the same elements in the same
+//!   order, the channel on axis 1). `nhwc` and `ndhwc` have their channel last, which
+//!   BatchNormalization does not take.
 
 use crate::error::{ConfError, Result};
 use crate::formats::atomic::write_bytes;
@@ -53,8 +54,8 @@ pub fn unsupported(c: &SuiteCase) -> Option<String> {
     if !c.shard_sizes.is_empty() {
         return Some("a replicated case is split across ranks; an ONNX model of this export runs on one device".into());
     }
-    if c.layout == Layout::Nhwc {
-        return Some("layout nhwc: BatchNormalization takes the channel on axis 1 ([N, C, D1, ...]), this layout has it last".into());
+    if matches!(c.layout, Layout::Nhwc | Layout::Ndhwc) {
+        return Some(format!("layout {}: BatchNormalization takes the channel on axis 1 ([N, C, D1, ...]), this layout has it last", c.layout.name()));
     }
     match (c.op, c.convention) {
         (Op::Eval | Op::Forward, _) | (Op::RunningUpdate, Some(Convention::Onnx)) => None,

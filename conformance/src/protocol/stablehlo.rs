@@ -35,8 +35,9 @@ pub const FORMAT: &str = "bnconf-stablehlo/1";
 pub fn feature_index(layout: Layout) -> usize {
     match layout {
         Layout::Rows | Layout::Flat | Layout::Chw => 0,
-        Layout::Nchw => 1,
+        Layout::Nchw | Layout::Nc | Layout::Ncl | Layout::Ncdhw => 1,
         Layout::Nhwc => 3,
+        Layout::Ndhwc => 4,
     }
 }
 

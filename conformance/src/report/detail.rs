@@ -41,6 +41,10 @@ pub fn axes(layout: Layout) -> &'static [&'static str] {
         Layout::Chw => &["c", "h", "w"],
         Layout::Nchw => &["n", "c", "h", "w"],
         Layout::Nhwc => &["n", "h", "w", "c"],
+        Layout::Nc => &["n", "c"],
+        Layout::Ncl => &["n", "c", "l"],
+        Layout::Ncdhw => &["n", "c", "d", "h", "w"],
+        Layout::Ndhwc => &["n", "d", "h", "w", "c"],
     }
 }
 
@@ -80,17 +84,16 @@ pub fn locate(case: &SuiteCase, name: &str, index: usize) -> Location {
             let cell = match case.layout {
                 Layout::Rows | Layout::Flat => get("s"),
                 _ => {
-                    let w_ext = match case.layout {
-                        Layout::Chw => shape[2],
-                        Layout::Nchw => shape[3],
-                        _ => shape[2],
-                    };
-                    let hw = match case.layout {
-                        Layout::Chw => shape[1] * shape[2],
-                        Layout::Nchw => shape[2] * shape[3],
-                        _ => shape[1] * shape[2],
-                    };
-                    get("n") * hw + get("h") * w_ext + get("w")
+                    // k = n·hw + s, s the row-major index over the spatial axes (every axis
+                    // but n and c, in order; none for nc).
+                    let (mut s, mut hw) = (0, 1);
+                    for (d, &(a, i)) in coords.iter().enumerate() {
+                        if a != "n" && a != "c" {
+                            s = s * shape[d] + i;
+                            hw *= shape[d];
+                        }
+                    }
+                    get("n") * hw + s
                 }
             };
             debug_assert!(Geometry::new(case.layout, shape, usize::MAX)
@@ -332,4 +335,53 @@ pub fn junit_message(r: &CaseResult, case: Option<&SuiteCase>) -> String {
         o.n_over,
         elements(o.len)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::suite::Level;
+    use bnconf_spec::exact::round::FloatFormat;
+
+    /// On every layout, the located channel and cell of each element are the bridge's
+    /// (`Geometry::offset(channel, cell) == index`), and the coordinates name every axis.
+    #[test]
+    fn locate_inverts_the_bridge_on_every_layout() {
+        for (layout, shape) in [
+            (Layout::Rows, vec![3, 5]),
+            (Layout::Flat, vec![3, 5]),
+            (Layout::Chw, vec![3, 2, 4]),
+            (Layout::Nchw, vec![2, 3, 2, 4]),
+            (Layout::Nhwc, vec![2, 2, 4, 3]),
+            (Layout::Nc, vec![6, 3]),
+            (Layout::Ncl, vec![2, 3, 5]),
+            (Layout::Ncdhw, vec![2, 3, 2, 2, 3]),
+            (Layout::Ndhwc, vec![2, 2, 2, 3, 3]),
+        ] {
+            let case = SuiteCase {
+                id: "t".into(),
+                level: Level::Core,
+                class: "t".into(),
+                target: String::new(),
+                dtype: FloatFormat::F64,
+                param_dtype: FloatFormat::F64,
+                op: Op::Forward,
+                layout,
+                shape: shape.clone(),
+                eps: "1e-5".into(),
+                momentum: None,
+                convention: None,
+                inputs: Default::default(),
+                shard_sizes: vec![],
+            };
+            let g = Geometry::new(layout, &shape, usize::MAX).unwrap();
+            for index in 0..g.len() {
+                let loc = locate(&case, "y", index);
+                let cell = loc.cell.unwrap();
+                assert_eq!(g.offset(loc.channel, cell), index, "{layout:?} {index}");
+                let names: Vec<&str> = loc.coords.iter().map(|&(a, _)| a).collect();
+                assert_eq!(names, axes(layout), "{layout:?}");
+            }
+        }
+    }
 }

@@ -38,48 +38,36 @@ pub const DEFAULT_MAX_RUNS: usize = 300;
 /// `2^-k` (coarsest first; `k = 0` is integers).
 pub const GRID_EXPONENTS: [i32; 13] = [0, 1, 2, 3, 4, 6, 8, 10, 12, 14, 16, 20, 24];
 
-/// The logical axes of a case: `n`, `c`, `h`, `w` (`rows`/`flat`: `n = h = 1`, `w = m`;
-/// `chw`: `n = 1`; `sync_stats`' shards are `w`).
+/// The logical axes of a case: `n`, `c`, `d`, `h`, `w` (`rows`/`flat`: `n = d = h = 1`,
+/// `w = m`; `chw`: `n = d = 1`; `nchw`/`nhwc`: `d = 1`; `nc`: `d = h = w = 1`; `ncl`:
+/// `d = h = 1`, `w = L`; `sync_stats`' shards are `w`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Dims {
     /// Batch.
     pub n: usize,
     /// Channels.
     pub c: usize,
+    /// Depth (`ncdhw`, `ndhwc`; 1 otherwise).
+    pub d: usize,
     /// Height.
     pub h: usize,
-    /// Width (cells of a row for `rows`/`flat`).
+    /// Width (cells of a row for `rows`/`flat`, L for `ncl`).
     pub w: usize,
 }
 
 impl Dims {
     /// The logical axes of a layout's shape (already validated).
     pub fn of(layout: Layout, shape: &[usize]) -> Dims {
+        let dims = |n, c, d, h, w| Dims { n, c, d, h, w };
         match layout {
-            Layout::Rows | Layout::Flat => Dims {
-                n: 1,
-                c: shape[0],
-                h: 1,
-                w: shape[1],
-            },
-            Layout::Chw => Dims {
-                n: 1,
-                c: shape[0],
-                h: shape[1],
-                w: shape[2],
-            },
-            Layout::Nchw => Dims {
-                n: shape[0],
-                c: shape[1],
-                h: shape[2],
-                w: shape[3],
-            },
-            Layout::Nhwc => Dims {
-                n: shape[0],
-                c: shape[3],
-                h: shape[1],
-                w: shape[2],
-            },
+            Layout::Rows | Layout::Flat => dims(1, shape[0], 1, 1, shape[1]),
+            Layout::Chw => dims(1, shape[0], 1, shape[1], shape[2]),
+            Layout::Nchw => dims(shape[0], shape[1], 1, shape[2], shape[3]),
+            Layout::Nhwc => dims(shape[0], shape[3], 1, shape[1], shape[2]),
+            Layout::Nc => dims(shape[0], shape[1], 1, 1, 1),
+            Layout::Ncl => dims(shape[0], shape[1], 1, 1, shape[2]),
+            Layout::Ncdhw => dims(shape[0], shape[1], shape[2], shape[3], shape[4]),
+            Layout::Ndhwc => dims(shape[0], shape[4], shape[1], shape[2], shape[3]),
         }
     }
 
@@ -90,37 +78,45 @@ impl Dims {
             Layout::Chw => vec![self.c, self.h, self.w],
             Layout::Nchw => vec![self.n, self.c, self.h, self.w],
             Layout::Nhwc => vec![self.n, self.h, self.w, self.c],
+            Layout::Nc => vec![self.n, self.c],
+            Layout::Ncl => vec![self.n, self.c, self.w],
+            Layout::Ncdhw => vec![self.n, self.c, self.d, self.h, self.w],
+            Layout::Ndhwc => vec![self.n, self.d, self.h, self.w, self.c],
         }
     }
 
-    /// Flat (row-major) index of element `(n, c, h, w)` in the layout.
-    pub fn index(self, layout: Layout, n: usize, c: usize, h: usize, w: usize) -> usize {
+    /// Flat (row-major) index of element `(n, c, d, h, w)` in the layout.
+    pub fn index(self, layout: Layout, n: usize, c: usize, d: usize, h: usize, w: usize) -> usize {
+        // Channels-first: (n, c, d, h, w); channels-last: (n, d, h, w, c). The axes a layout
+        // lacks have extent 1 and index 0.
+        let spatial = (d * self.h + h) * self.w + w;
+        let dhw = self.d * self.h * self.w;
         match layout {
-            Layout::Rows | Layout::Flat => c * self.w + w,
-            Layout::Chw => (c * self.h + h) * self.w + w,
-            Layout::Nchw => ((n * self.c + c) * self.h + h) * self.w + w,
-            Layout::Nhwc => ((n * self.h + h) * self.w + w) * self.c + c,
+            Layout::Rows | Layout::Flat | Layout::Chw => c * dhw + spatial,
+            Layout::Nhwc | Layout::Ndhwc => (n * dhw + spatial) * self.c + c,
+            Layout::Nchw | Layout::Nc | Layout::Ncl | Layout::Ncdhw => {
+                (n * self.c + c) * dhw + spatial
+            }
         }
     }
 
-    /// `(n, c, h, w)` of flat index `i` (inverse of [`Dims::index`]).
-    pub fn position(self, layout: Layout, i: usize) -> (usize, usize, usize, usize) {
-        match layout {
-            Layout::Rows | Layout::Flat => (0, i / self.w, 0, i % self.w),
-            Layout::Chw => (0, i / (self.h * self.w), (i / self.w) % self.h, i % self.w),
-            Layout::Nchw => (
-                i / (self.c * self.h * self.w),
-                (i / (self.h * self.w)) % self.c,
-                (i / self.w) % self.h,
-                i % self.w,
-            ),
-            Layout::Nhwc => (
-                i / (self.h * self.w * self.c),
-                i % self.c,
-                (i / (self.w * self.c)) % self.h,
-                (i / self.c) % self.w,
-            ),
-        }
+    /// `(n, c, d, h, w)` of flat index `i` (inverse of [`Dims::index`]).
+    pub fn position(self, layout: Layout, i: usize) -> (usize, usize, usize, usize, usize) {
+        let dhw = self.d * self.h * self.w;
+        let (n, c, s) = match layout {
+            Layout::Rows | Layout::Flat | Layout::Chw => (0, i / dhw, i % dhw),
+            Layout::Nhwc | Layout::Ndhwc => (i / (dhw * self.c), i % self.c, (i / self.c) % dhw),
+            Layout::Nchw | Layout::Nc | Layout::Ncl | Layout::Ncdhw => {
+                (i / (self.c * dhw), (i / dhw) % self.c, i % dhw)
+            }
+        };
+        (
+            n,
+            c,
+            s / (self.h * self.w),
+            (s / self.w) % self.h,
+            s % self.w,
+        )
     }
 }
 
@@ -131,6 +127,8 @@ pub struct Selection {
     pub n: Vec<usize>,
     /// Kept channels.
     pub c: Vec<usize>,
+    /// Kept depths (`ncdhw`, `ndhwc`).
+    pub d: Vec<usize>,
     /// Kept rows.
     pub h: Vec<usize>,
     /// Kept columns (or shards).
@@ -143,6 +141,7 @@ impl Selection {
         Selection {
             n: (0..d.n).collect(),
             c: (0..d.c).collect(),
+            d: (0..d.d).collect(),
             h: (0..d.h).collect(),
             w: (0..d.w).collect(),
         }
@@ -156,16 +155,20 @@ pub fn select(case: &SuiteCase, sel: &Selection) -> Option<SuiteCase> {
     let nd = Dims {
         n: sel.n.len(),
         c: sel.c.len(),
+        d: sel.d.len(),
         h: sel.h.len(),
         w: sel.w.len(),
     };
-    if nd.n == 0 || nd.c == 0 || nd.h == 0 || nd.w == 0 {
+    if nd.n == 0 || nd.c == 0 || nd.d == 0 || nd.h == 0 || nd.w == 0 {
         return None;
     }
     let fixed = match case.layout {
-        Layout::Rows | Layout::Flat => nd.n != 1 || nd.h != 1,
-        Layout::Chw => nd.n != 1,
-        _ => false,
+        Layout::Rows | Layout::Flat => nd.n != 1 || nd.d != 1 || nd.h != 1,
+        Layout::Chw => nd.n != 1 || nd.d != 1,
+        Layout::Nchw | Layout::Nhwc => nd.d != 1,
+        Layout::Nc => nd.d != 1 || nd.h != 1 || nd.w != 1,
+        Layout::Ncl => nd.d != 1 || nd.h != 1,
+        Layout::Ncdhw | Layout::Ndhwc => false,
     };
     if fixed {
         return None;
@@ -190,13 +193,15 @@ pub fn select(case: &SuiteCase, sel: &Selection) -> Option<SuiteCase> {
             Extent::Channel => sel.c.iter().map(|&c| old[c]).collect(),
             Extent::Shards => sel.w.iter().map(|&w| old[w]).collect(),
             Extent::Cells => {
-                let mut nv = vec![0.0; nd.n * nd.c * nd.h * nd.w];
+                let mut nv = vec![0.0; nd.n * nd.c * nd.d * nd.h * nd.w];
                 for (n2, &n) in sel.n.iter().enumerate() {
                     for (c2, &c) in sel.c.iter().enumerate() {
-                        for (h2, &h) in sel.h.iter().enumerate() {
-                            for (w2, &w) in sel.w.iter().enumerate() {
-                                nv[nd.index(case.layout, n2, c2, h2, w2)] =
-                                    old[d.index(case.layout, n, c, h, w)];
+                        for (d2, &dd) in sel.d.iter().enumerate() {
+                            for (h2, &h) in sel.h.iter().enumerate() {
+                                for (w2, &w) in sel.w.iter().enumerate() {
+                                    nv[nd.index(case.layout, n2, c2, d2, h2, w2)] =
+                                        old[d.index(case.layout, n, c, dd, h, w)];
+                                }
                             }
                         }
                     }
@@ -781,12 +786,16 @@ mod tests {
         }
     }
 
-    const LAYOUTS: [(Layout, &[usize]); 5] = [
+    const LAYOUTS: [(Layout, &[usize]); 9] = [
         (Layout::Rows, &[3, 5]),
         (Layout::Flat, &[3, 5]),
         (Layout::Chw, &[3, 2, 4]),
         (Layout::Nchw, &[2, 3, 2, 4]),
         (Layout::Nhwc, &[2, 2, 4, 3]),
+        (Layout::Nc, &[4, 3]),
+        (Layout::Ncl, &[2, 3, 5]),
+        (Layout::Ncdhw, &[2, 3, 2, 2, 3]),
+        (Layout::Ndhwc, &[2, 2, 2, 3, 3]),
     ];
 
     /// `position` inverts `index`, and the channel of each element is the layout's.
@@ -799,9 +808,9 @@ mod tests {
             for c in 0..g.c {
                 for k in 0..g.m {
                     let i = g.offset(c, k);
-                    let (n, c2, h, w) = d.position(layout, i);
+                    let (n, c2, dd, h, w) = d.position(layout, i);
                     assert_eq!(c2, c, "{layout:?} {i}");
-                    assert_eq!(d.index(layout, n, c2, h, w), i);
+                    assert_eq!(d.index(layout, n, c2, dd, h, w), i);
                 }
             }
         }

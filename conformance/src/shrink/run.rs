@@ -263,10 +263,10 @@ pub fn shrink(
                 break;
             }
             // 3. cells, axis by axis: drop chunks, largest first.
-            for axis in 0..3 {
+            for axis in 0..4 {
                 let len = |c: &SuiteCase| {
                     let d = Dims::of(c.layout, &c.shape);
-                    [d.n, d.h, d.w][axis]
+                    [d.n, d.d, d.h, d.w][axis]
                 };
                 let mut chunk = len(&cur) / 2;
                 while chunk >= 1 {
@@ -276,7 +276,8 @@ pub fn shrink(
                         let mut sel = Selection::all(d);
                         let v = match axis {
                             0 => &mut sel.n,
-                            1 => &mut sel.h,
+                            1 => &mut sel.d,
+                            2 => &mut sel.h,
                             _ => &mut sel.w,
                         };
                         let end = (start + chunk).min(v.len());

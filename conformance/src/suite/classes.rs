@@ -52,11 +52,39 @@ pub(super) fn shape_for(layout: Layout, k: ShapeKind) -> Vec<usize> {
         ShapeKind::C65 => (2, 65, 1, 3),
         ShapeKind::Batch1 => (1, 2, 4, 5),
     };
+    match (layout, k) {
+        (Layout::Rows | Layout::Flat, _) => vec![c, n * h * w],
+        (Layout::Chw, _) => vec![c, n * h, w],
+        (Layout::Nchw, _) => vec![n, c, h, w],
+        (Layout::Nhwc, _) => vec![n, h, w, c],
+        // The layouts added in 0.3: small shapes of their own for the classes they run
+        // ([`on_layout`]); other kinds keep (N, C) and spread H·W over their spatial axes.
+        // `nc` (m = 6) is judged with exact condition numbers (at most 16 cells per channel,
+        // precision/budget.rs), the others (m = 20, 24) by the bound, as `nchw` is.
+        (Layout::Nc, ShapeKind::Small) => vec![6, 3],
+        (Layout::Ncl, ShapeKind::Small) => vec![4, 3, 5],
+        (Layout::Ncdhw, ShapeKind::Small) => vec![2, 3, 2, 2, 3],
+        (Layout::Ndhwc, ShapeKind::Small) => vec![2, 2, 2, 3, 3],
+        (Layout::Nc, _) => vec![n * h * w, c],
+        (Layout::Ncl, _) => vec![n, c, h * w],
+        (Layout::Ncdhw, _) => vec![n, c, 1, h, w],
+        (Layout::Ndhwc, _) => vec![n, 1, h, w, c],
+    }
+}
+
+/// The classes that also run on the batch_norm layouts added in bnconf 0.3 (`nc`, `ncl`,
+/// `ncdhw`, `ndhwc`): one well-scaled core class and two conditioning ones (a large mean,
+/// a variance near eps), every op on each, so that the suite grows by a tenth or so rather
+/// than by four fifths. The seed's layouts run every class.
+pub(super) const NEW_LAYOUT_CLASSES: [&str; 3] = ["gaussian", "large-mean-1e3", "var-near-eps"];
+
+/// Whether `class` runs on `layout` (see [`NEW_LAYOUT_CLASSES`]).
+pub(super) fn on_layout(class: &Class, layout: Layout) -> bool {
     match layout {
-        Layout::Rows | Layout::Flat => vec![c, n * h * w],
-        Layout::Chw => vec![c, n * h, w],
-        Layout::Nchw => vec![n, c, h, w],
-        Layout::Nhwc => vec![n, h, w, c],
+        Layout::Rows | Layout::Flat | Layout::Chw | Layout::Nchw | Layout::Nhwc => true,
+        Layout::Nc | Layout::Ncl | Layout::Ncdhw | Layout::Ndhwc => {
+            NEW_LAYOUT_CLASSES.contains(&class.name.as_str())
+        }
     }
 }
 

@@ -129,6 +129,7 @@ pub fn generate_in(
                 for layout in Layout::ALL {
                     if (!filter.layouts.is_empty() && !filter.layouts.contains(&layout))
                         || (op == Op::SyncStats && layout != Layout::Rows)
+                        || !on_layout(&class, layout)
                     {
                         continue;
                     }
@@ -291,11 +292,14 @@ pub(super) fn make_sync_stats_case(
 }
 
 /// Convention and momentum of a `running_update` case: PyTorch on `rows`, `chw`, `nhwc`,
-/// ONNX on `flat`, `nchw`; the momentum drawn from the framework defaults and the ends of
+/// `nc`, `ndhwc`, ONNX on `flat`, `nchw`, `ncl`, `ncdhw`; the momentum drawn from the framework defaults and the ends of
 /// [0, 1] (never 1/2, where swapping `a` and `1 − a` is invisible).
 pub(super) fn running_params(rng: &mut Rng, layout: Layout) -> (Convention, &'static str) {
     let k = rng.below(4) as usize;
-    if matches!(layout, Layout::Flat | Layout::Nchw) {
+    if matches!(
+        layout,
+        Layout::Flat | Layout::Nchw | Layout::Ncl | Layout::Ncdhw
+    ) {
         (Convention::Onnx, ["0.9", "0.99", "0.7", "0"][k])
     } else {
         (Convention::Pytorch, ["0.1", "0.01", "0.3", "1"][k])

@@ -935,8 +935,9 @@ fn drop_channel(case: &KernelCase, drop: usize) -> Option<KernelCase> {
     let g = case.geometry()?;
     let c_axis = match layout {
         Layout::Rows | Layout::Flat | Layout::Chw => 0,
-        Layout::Nchw => 1,
+        Layout::Nchw | Layout::Nc | Layout::Ncl | Layout::Ncdhw => 1,
         Layout::Nhwc => 3,
+        Layout::Ndhwc => 4,
     };
     let mut shape = case.shape.clone();
     shape[c_axis] -= 1;

@@ -45,6 +45,11 @@ impl Shape {
             Layout::Chw => vec![c, n * h, w],
             Layout::Nchw => vec![n, c, h, w],
             Layout::Nhwc => vec![n, h, w, c],
+            Layout::Nc => vec![n, c],
+            Layout::Ncl => vec![n, c, h * w],
+            // D = h, H = 1, W = w.
+            Layout::Ncdhw => vec![n, c, h, 1, w],
+            Layout::Ndhwc => vec![n, h, 1, w, c],
         }
     }
 }
@@ -161,11 +166,15 @@ fn shape_strategy(ops: Vec<Op>, allow_range: bool) -> impl Strategy<Value = Shap
             } else {
                 layout
             };
-            // N only where the layout has a batch axis, H only where it has one.
+            // N only where the layout has a batch axis (`nc`: all of m), H only where it has
+            // one.
             let d1 = divisors(m);
             let n = match layout {
-                Layout::Nchw | Layout::Nhwc => d1[i1.index(d1.len())],
-                _ => 1,
+                Layout::Nc => m,
+                Layout::Nchw | Layout::Nhwc | Layout::Ncl | Layout::Ncdhw | Layout::Ndhwc => {
+                    d1[i1.index(d1.len())]
+                }
+                Layout::Rows | Layout::Flat | Layout::Chw => 1,
             };
             let d2 = divisors(m / n);
             let h = match layout {

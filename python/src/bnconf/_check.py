@@ -26,6 +26,10 @@ AXES = {
     "chw": (0, (1, 2)),
     "nchw": (1, (0, 2, 3)),
     "nhwc": (3, (0, 1, 2)),
+    "nc": (1, (0,)),
+    "ncl": (1, (0, 2)),
+    "ncdhw": (1, (0, 2, 3, 4)),
+    "ndhwc": (4, (0, 1, 2, 3)),
 }
 
 # The normalization family's channel layouts (group_norm): (axis of the channel, spatial axes).

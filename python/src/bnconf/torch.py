@@ -67,7 +67,7 @@ MODULE_FAMILY = {
 # batch_norm layouts → how the case array becomes torch's [N, C, ...] view: "lead", a leading
 # N = 1 axis ([C, m] → [1, C, m]: BatchNorm1d; [C, H, W] → [1, C, H, W]: BatchNorm2d); "same",
 # as is; "last", channels last, permuted to [N, C, ...] (a strided view: torch's channels-last
-# kernel runs). nc, ncl, ncdhw, ndhwc are the layouts FORMAT.md plans for bnconf 0.4.
+# kernel runs). nc, ncl, ncdhw as is (BatchNorm1d/3d), ndhwc channels last.
 BN_LAYOUTS = {
     "rows": "lead",
     "flat": "lead",

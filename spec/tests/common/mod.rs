@@ -147,8 +147,10 @@ pub fn eps(need_positive: bool) -> BoxedStrategy<Rational> {
 }
 
 /// Shape for a layout: rows/flat `[C, m]` (m ≤ 6), chw `[C, H, W]` (H, W ≤ 3), nchw
-/// `[N, C, H, W]` and nhwc `[N, H, W, C]` (N ≤ 3, H, W ≤ 2). C ≤ 3, and at most 24 elements
-/// (W is cut to fit), so that whole-tensor Jacobians stay cheap.
+/// `[N, C, H, W]` and nhwc `[N, H, W, C]` (N ≤ 3, H, W ≤ 2), nc `[N, C]` (N ≤ 6), ncl
+/// `[N, C, L]` (N, L ≤ 3), ncdhw `[N, C, D, H, W]` and ndhwc `[N, D, H, W, C]` (N, D, H, W
+/// ≤ 2). C ≤ 3, and at most 24 elements (W or L is cut to fit), so that whole-tensor
+/// Jacobians stay cheap.
 pub fn shape(layout: Layout) -> BoxedStrategy<Vec<usize>> {
     match layout {
         Layout::Rows | Layout::Flat => (1usize..=3, 1usize..=6)
@@ -162,6 +164,18 @@ pub fn shape(layout: Layout) -> BoxedStrategy<Vec<usize>> {
             .boxed(),
         Layout::Nhwc => (1usize..=3, 1usize..=2, 1usize..=2, 1usize..=3)
             .prop_map(|(n, h, w, c)| vec![n, h, fit(w, n * h * c), c])
+            .boxed(),
+        Layout::Nc => (1usize..=6, 1usize..=3)
+            .prop_map(|(n, c)| vec![n, c])
+            .boxed(),
+        Layout::Ncl => (1usize..=3, 1usize..=3, 1usize..=3)
+            .prop_map(|(n, c, l)| vec![n, c, fit(l, n * c)])
+            .boxed(),
+        Layout::Ncdhw => (1usize..=2, 1usize..=3, 1usize..=2, 1usize..=2, 1usize..=2)
+            .prop_map(|(n, c, d, h, w)| vec![n, c, d, h, fit(w, n * c * d * h)])
+            .boxed(),
+        Layout::Ndhwc => (1usize..=2, 1usize..=2, 1usize..=2, 1usize..=2, 1usize..=3)
+            .prop_map(|(n, d, h, w, c)| vec![n, d, h, fit(w, n * d * h * c), c])
             .boxed(),
     }
 }
