@@ -130,4 +130,4 @@ def test_bad_family_arguments_raise_value_error():
     with pytest.raises(ValueError, match="in-process"):
         bnconf.check(numpy_family, family="layer_norm", in_process=True)
     with pytest.raises(ValueError, match="--suite"):
-        bnconf.check(numpy_family, family="layer_norm", suite="extreme")
+        bnconf.check(numpy_family, family="layer_norm", suite="replicated")

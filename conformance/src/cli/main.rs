@@ -202,6 +202,10 @@ enum Cmd {
         /// the committed set's, all six].
         #[arg(long, value_delimiter = ',')]
         dtypes: Vec<String>,
+        /// `batch_norm` (the set above), or `all`: the normalization family's set, written
+        /// into OUT/family (its own manifest).
+        #[arg(long, default_value = "batch_norm")]
+        family: String,
     },
     /// Check a vector set: manifest checksums, and every golden value recomputed exactly.
     Verify {
@@ -439,7 +443,12 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
         } => run::run_family_or_bn(&family, &suite, &dtypes, seed, &only, verbose, shard),
         Cmd::Shrink(a) => shrink::run(&a),
         Cmd::Onnx { dirs } => onnx::onnx(dirs),
-        Cmd::Vectors { out, seed, dtypes } => vectors::write(out, seed, dtypes),
+        Cmd::Vectors {
+            out,
+            seed,
+            dtypes,
+            family,
+        } => vectors::write(out, seed, dtypes, &family),
         Cmd::Verify { dir } => vectors::verify(dir),
     }
 }

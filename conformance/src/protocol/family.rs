@@ -319,19 +319,6 @@ fn exact_of(
     )?)
 }
 
-/// The exact outputs of a family case file (every output, optional ones included).
-fn golden_of(
-    path: &Path,
-    lim: &InputLimits,
-) -> Result<(
-    crate::formats::family_case::FamilyCaseFile,
-    BTreeMap<&'static str, Golden>,
-)> {
-    let f = case_file(path, lim)?;
-    let g = exact_of(&f)?;
-    Ok((f, g))
-}
-
 /// A golden output's exact strings (`None`) or the hex strings of its correct rounding.
 fn strings(g: &Golden, f: Option<FloatFormat>) -> Vec<String> {
     match (g, f) {
@@ -346,7 +333,15 @@ fn strings(g: &Golden, f: Option<FloatFormat>) -> Vec<String> {
 /// case (the optional statistics included) as `exact` strings (`dgamma`: a sum of roots) and
 /// the correctly rounded hex strings of each format in `formats`.
 pub fn golden_doc(path: &Path, lim: &InputLimits, formats: &[FloatFormat]) -> Result<Value> {
-    let (f, g) = golden_of(path, lim)?;
+    golden_doc_of(&case_file(path, lim)?, formats)
+}
+
+/// [`golden_doc`] of a parsed family case file.
+pub fn golden_doc_of(
+    f: &crate::formats::family_case::FamilyCaseFile,
+    formats: &[FloatFormat],
+) -> Result<Value> {
+    let g = exact_of(f)?;
     let case = &f.header.case;
     let mut inputs = Map::new();
     for (name, vals) in &f.inputs {

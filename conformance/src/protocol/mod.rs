@@ -18,6 +18,7 @@ use std::path::Path;
 
 pub mod exec;
 pub mod family;
+pub mod family_vectors;
 pub mod onnx_export;
 pub mod replicated;
 pub mod stablehlo;

@@ -29,6 +29,10 @@ pub const SUITE: &str = "default";
 /// Subdirectory owned by another generator (regression vectors); never listed in this
 /// manifest; verified only when it holds its own `bnconf-vectors/1` manifest.
 pub const REGRESSIONS: &str = "regressions";
+/// Subdirectory holding the normalization family's vector set (its own manifest, written by
+/// `bnconf vectors --family all`); never listed in this manifest, verified with its own
+/// checker (`protocol::family_vectors`).
+pub const FAMILY: &str = "family";
 /// Rounded formats written next to `exact` in every committed golden file (a case in a half
 /// precision also gets its activations' format: [`formats_of`]).
 pub const FORMATS: [FloatFormat; 2] = [FloatFormat::F64, FloatFormat::F32];
@@ -91,7 +95,8 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
         .collect()
 }
 
-fn pretty(v: &Value) -> Vec<u8> {
+/// Pretty-printed JSON with a final newline (the committed files' bytes).
+pub fn pretty(v: &Value) -> Vec<u8> {
     let mut s = serde_json::to_string_pretty(v).expect("serializable");
     s.push('\n');
     s.into_bytes()
@@ -257,7 +262,7 @@ pub fn list_files(dir: &Path) -> Result<Vec<String>> {
             } else {
                 format!("{rel}/{name}")
             };
-            if rel.is_empty() && name == REGRESSIONS {
+            if rel.is_empty() && (name == REGRESSIONS || name == FAMILY) {
                 continue;
             }
             let ft = ent.file_type().map_err(|e| ConfError::io(&ent.path(), e))?;
@@ -333,6 +338,15 @@ pub fn verify(dir: &Path) -> Result<VerifyReport> {
 }
 
 fn verify_set(dir: &Path, prefix: &str) -> Result<VerifyReport> {
+    verify_set_with(dir, prefix, &check_golden)
+}
+
+/// A golden file's checker: every difference of its values from a recomputation.
+pub type GoldenCheck = dyn Fn(&[u8], &Path) -> Vec<String> + Sync;
+
+/// Verify the vector set in `dir` (manifest, checksums, unlisted files) with `check` for its
+/// golden files; mismatches are named `prefix` + the file's path.
+pub fn verify_set_with(dir: &Path, prefix: &str, check: &GoldenCheck) -> Result<VerifyReport> {
     let mpath = dir.join(MANIFEST);
     // Regular files only, size-limited (docs/HOSTILE.md): a FIFO here used to hang `verify`.
     let text = read_regular(&mpath, MAX_VECTOR_FILE_BYTES, "")?;
@@ -408,7 +422,7 @@ fn verify_set(dir: &Path, prefix: &str) -> Result<VerifyReport> {
             }
             let is_golden = p.ends_with(".json");
             if is_golden {
-                out.extend(check_golden(&bytes, &dir.join(p)).into_iter().map(mm));
+                out.extend(check(&bytes, &dir.join(p)).into_iter().map(mm));
             }
             (is_golden, out)
         })
