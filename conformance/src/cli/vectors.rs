@@ -22,20 +22,15 @@ pub(crate) fn write(
         dtypes
     };
     let precs = bnconf::suite::vectors::parse_precisions(&names)?;
-    match family {
-        "batch_norm" => {}
+    let (out, w) = match family {
+        "batch_norm" => {
+            let w = bnconf::suite::vectors::write(&out, seed, &precs)?;
+            (out, w)
+        }
         "all" => {
             let dir = out.join(bnconf::suite::vectors::FAMILY);
-            let (files, bytes, removed) =
-                bnconf::protocol::family_vectors::write(&dir, seed, &precs)?;
-            for r in &removed {
-                eprintln!("bnconf: removed stale {}", dir.join(r).display());
-            }
-            eprintln!(
-                "bnconf: wrote {files} files ({bytes} bytes) to {}",
-                dir.display()
-            );
-            return Ok(ExitCode::SUCCESS);
+            let w = bnconf::protocol::family_vectors::write(&dir, seed, &precs)?;
+            (dir, w)
         }
         other => {
             return Err(ConfError::field(
@@ -43,8 +38,7 @@ pub(crate) fn write(
                 format!("{other:?}: `batch_norm` or `all` (the family's set covers all three)"),
             ))
         }
-    }
-    let w = bnconf::suite::vectors::write(&out, seed, &precs)?;
+    };
     for r in &w.removed {
         eprintln!("bnconf: removed stale {}", out.join(r).display());
     }

@@ -300,42 +300,24 @@ impl FamilyPrepared {
                 })
             })
             .collect();
-        let key = |r: f64| if r.is_nan() { f64::INFINITY } else { r };
-        let mut worst = 0usize;
-        for (i, &r) in ratios.iter().enumerate() {
-            if key(r) > key(ratios[worst]) {
-                worst = i;
+        output_result(name, &ratios, vals, budgets, k, u, |worst| {
+            if cell {
+                let e = f.exact(worst);
+                (e.to_string(), round(&e, FloatFormat::F64).to_f64())
+            } else if f.rows() <= 16 {
+                let e = f.dgamma_exact(worst);
+                (e.to_string(), e.round(FloatFormat::F64).to_f64())
+            } else {
+                // a sum over thousands of rows: its exact form is long and slow to build; the
+                // report gives its correctly rounded f64 (exact form: `bnconf golden`)
+                let e64 = f.dgamma_f64(worst);
+                let s = format!(
+                    "{e64:e} (correctly rounded; exactly a sum of up to {} square roots)",
+                    f.rows()
+                );
+                (s, e64)
             }
-        }
-        let (expected, expected_f64) = if cell {
-            let e = f.exact(worst);
-            (e.to_string(), round(&e, FloatFormat::F64).to_f64())
-        } else if f.rows() <= 16 {
-            let e = f.dgamma_exact(worst);
-            (e.to_string(), e.round(FloatFormat::F64).to_f64())
-        } else {
-            // a sum over thousands of rows: its exact form is long and slow to build; the
-            // report gives its correctly rounded f64 (exact form: `bnconf golden`)
-            let e64 = f.dgamma_f64(worst);
-            let s = format!(
-                "{e64:e} (correctly rounded; exactly a sum of up to {} square roots)",
-                f.rows()
-            );
-            (s, e64)
-        };
-        OutputResult {
-            name: name.to_string(),
-            worst_ratio: key(ratios[worst]),
-            index: worst,
-            expected,
-            expected_f64,
-            actual: vals[worst],
-            budget: budgets[worst],
-            n_over: ratios.iter().filter(|&&r| key(r) > k).count(),
-            len: vals.len(),
-            rank: None,
-            allowed_rel: allowed_rel(vals, budgets, k, u),
-        }
+        })
     }
 
     fn judge_output(&self, name: &'static str, golden: &Golden, vals: &[f64]) -> OutputResult {
@@ -368,33 +350,47 @@ impl FamilyPrepared {
                 .map(|(((e, &e64), &v), b)| roots_ratio_gated(e, e64, v, b, u, k))
                 .collect(),
         };
-        let key = |r: f64| if r.is_nan() { f64::INFINITY } else { r };
-        let mut worst = 0usize;
-        for (i, &r) in ratios.iter().enumerate() {
-            if key(r) > key(ratios[worst]) {
-                worst = i;
-            }
-        }
-        let (expected, expected_f64) = match golden {
+        output_result(name, &ratios, vals, budgets, k, u, |worst| match golden {
             Golden::Q(ex) => (
                 ex[worst].to_string(),
                 round(&ex[worst], FloatFormat::F64).to_f64(),
             ),
             Golden::Roots(ex) => (ex[worst].to_string(), self.roots_f64[name][worst]),
-        };
-        OutputResult {
-            name: name.to_string(),
-            worst_ratio: key(ratios[worst]),
-            index: worst,
-            expected,
-            expected_f64,
-            actual: vals[worst],
-            budget: budgets[worst],
-            n_over: ratios.iter().filter(|&&r| key(r) > k).count(),
-            len: vals.len(),
-            rank: None,
-            allowed_rel: allowed_rel(vals, budgets, k, u),
+        })
+    }
+}
+
+/// An output's result from its elements' ratios (NaN counted as infinite): the worst element,
+/// its exact value (`expected(index)`: the string and its f64), the count over the gate `k`.
+fn output_result(
+    name: &str,
+    ratios: &[f64],
+    vals: &[f64],
+    budgets: &[ElementBudget],
+    k: f64,
+    u: f64,
+    expected: impl FnOnce(usize) -> (String, f64),
+) -> OutputResult {
+    let key = |r: f64| if r.is_nan() { f64::INFINITY } else { r };
+    let mut worst = 0usize;
+    for (i, &r) in ratios.iter().enumerate() {
+        if key(r) > key(ratios[worst]) {
+            worst = i;
         }
+    }
+    let (expected, expected_f64) = expected(worst);
+    OutputResult {
+        name: name.to_string(),
+        worst_ratio: key(ratios[worst]),
+        index: worst,
+        expected,
+        expected_f64,
+        actual: vals[worst],
+        budget: budgets[worst],
+        n_over: ratios.iter().filter(|&&r| key(r) > k).count(),
+        len: vals.len(),
+        rank: None,
+        allowed_rel: allowed_rel(vals, budgets, k, u),
     }
 }
 

@@ -15,15 +15,14 @@ use crate::formats::family_case::{parse_family_case, FamilyCaseFile, FamilyHeade
 use crate::par::*;
 use crate::suite::family::{family_suite, FamilySuiteCase};
 use crate::suite::vectors::{
-    formats_of, pretty, sha256_hex, verify_set_with, VectorFile, VerifyReport, GENERATOR_VERSION,
-    MANIFEST, MANIFEST_FORMAT,
+    formats_of, pretty, sha256_hex, verify_set_with, write_set, VectorFile, VerifyReport,
+    WriteSummary, GENERATOR_VERSION, MANIFEST, MANIFEST_FORMAT,
 };
 use crate::suite::Precision;
 use bnconf_impl::family::{Family, Named};
 use bnconf_spec::exact::round::f64_to_rational;
 use bnconf_spec::exact::QSqrt;
 use serde_json::{json, Map, Value};
-use std::collections::BTreeSet;
 use std::path::Path;
 
 /// Most mismatches reported per file.
@@ -123,43 +122,10 @@ pub fn generate(seed: u64, precisions: &[Precision]) -> Result<Vec<VectorFile>> 
 }
 
 /// Write the family's vector set into `out` (each file atomically, the manifest last; stale
-/// `<family>/*.json` files removed). Returns the files written and their total bytes, and the
-/// stale files removed.
-pub fn write(
-    out: &Path,
-    seed: u64,
-    precisions: &[Precision],
-) -> Result<(usize, usize, Vec<String>)> {
-    let files = generate(seed, precisions)?;
-    let keep: BTreeSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
-    let mut removed = Vec::new();
-    for &f in Family::ALL {
-        let sub = out.join(f.name());
-        std::fs::create_dir_all(&sub).map_err(|e| ConfError::io(&sub, e))?;
-        let rd = std::fs::read_dir(&sub).map_err(|e| ConfError::io(&sub, e))?;
-        for ent in rd {
-            let ent = ent.map_err(|e| ConfError::io(&sub, e))?;
-            let name = ent.file_name().to_string_lossy().into_owned();
-            let rel = format!("{}/{name}", f.name());
-            if name.ends_with(".json") && !keep.contains(rel.as_str()) {
-                std::fs::remove_file(ent.path()).map_err(|e| ConfError::io(&ent.path(), e))?;
-                removed.push(rel);
-            }
-        }
-    }
-    files.par_iter().try_for_each(|f| {
-        if f.path == MANIFEST {
-            return Ok(());
-        }
-        crate::formats::atomic::write_bytes(&out.join(&f.path), &f.bytes)
-    })?;
-    let m = files.last().expect("manifest");
-    crate::formats::atomic::write_bytes(&out.join(&m.path), &m.bytes)?;
-    Ok((
-        files.len(),
-        files.iter().map(|f| f.bytes.len()).sum(),
-        removed,
-    ))
+/// `<family>/*.json` files removed).
+pub fn write(out: &Path, seed: u64, precisions: &[Precision]) -> Result<WriteSummary> {
+    let subdirs: Vec<&str> = Family::ALL.iter().map(|f| f.name()).collect();
+    write_set(out, &generate(seed, precisions)?, &subdirs)
 }
 
 /// Whether `dir` holds a family vector set (a manifest with `"family"`).

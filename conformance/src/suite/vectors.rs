@@ -214,19 +214,26 @@ pub struct WriteSummary {
 /// Write the vector set into `out` (atomically, file by file, manifest last). Stale golden
 /// files of the suite's subdirectory are removed; `regressions/` is never touched.
 pub fn write(out: &Path, seed: u64, precisions: &[suite::Precision]) -> Result<WriteSummary> {
-    let files = generate_in(seed, precisions)?;
-    let sub = out.join(SUITE);
-    std::fs::create_dir_all(&sub).map_err(|e| ConfError::io(&sub, e))?;
+    write_set(out, &generate_in(seed, precisions)?, &[SUITE])
+}
+
+/// Write a generated set (`files`, its manifest last) into `out`: stale `*.json` files of the
+/// subdirectories `subdirs` removed, each file written atomically, the manifest last.
+pub fn write_set(out: &Path, files: &[VectorFile], subdirs: &[&str]) -> Result<WriteSummary> {
     let keep: BTreeSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
     let mut removed = Vec::new();
-    let rd = std::fs::read_dir(&sub).map_err(|e| ConfError::io(&sub, e))?;
-    for ent in rd {
-        let ent = ent.map_err(|e| ConfError::io(&sub, e))?;
-        let name = ent.file_name().to_string_lossy().into_owned();
-        let rel = format!("{SUITE}/{name}");
-        if name.ends_with(".json") && !keep.contains(rel.as_str()) {
-            std::fs::remove_file(ent.path()).map_err(|e| ConfError::io(&ent.path(), e))?;
-            removed.push(rel);
+    for dir in subdirs {
+        let sub = out.join(dir);
+        std::fs::create_dir_all(&sub).map_err(|e| ConfError::io(&sub, e))?;
+        let rd = std::fs::read_dir(&sub).map_err(|e| ConfError::io(&sub, e))?;
+        for ent in rd {
+            let ent = ent.map_err(|e| ConfError::io(&sub, e))?;
+            let name = ent.file_name().to_string_lossy().into_owned();
+            let rel = format!("{dir}/{name}");
+            if name.ends_with(".json") && !keep.contains(rel.as_str()) {
+                std::fs::remove_file(ent.path()).map_err(|e| ConfError::io(&ent.path(), e))?;
+                removed.push(rel);
+            }
         }
     }
     files.par_iter().try_for_each(|f| {

@@ -31,7 +31,7 @@ FAMILIES = ("batch_norm",)
 
 #: Ops and layouts of the batch_norm family (docs/FORMAT.md), in shrinking order.
 OPS = ("forward", "backward", "eval", "running_update", "sync_forward", "sync_backward", "sync_stats")
-LAYOUTS = ("rows", "flat", "chw", "nchw", "nhwc")
+LAYOUTS = ("rows", "flat", "chw", "nchw", "nhwc", "nc", "ncl", "ncdhw", "ndhwc")
 
 #: Most channels drawn (the suite's case has at most this many kept).
 MAX_CHANNELS = 4
