@@ -84,18 +84,22 @@ def session(dt, shape, eps, train, momentum=0.0):
 def to_nc(layout, x):
     if layout in ("rows", "flat", "chw"):
         return x[np.newaxis]
-    if layout == "nchw":
+    if layout in ("nchw", "nc", "ncl", "ncdhw"):
         return x
     if layout == "nhwc":
         return np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+    if layout == "ndhwc":
+        return np.ascontiguousarray(x.transpose(0, 4, 1, 2, 3))
     raise Unsupported(f"onnxruntime_bn: layout {layout}")
 
 
 def from_nc(layout, y):
     if layout in ("rows", "flat", "chw"):
         return y[0]
-    if layout == "nchw":
+    if layout in ("nchw", "nc", "ncl", "ncdhw"):
         return y
+    if layout == "ndhwc":
+        return np.ascontiguousarray(y.transpose(0, 2, 3, 4, 1))
     return np.ascontiguousarray(y.transpose(0, 2, 3, 1))
 
 
