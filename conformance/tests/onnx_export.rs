@@ -15,6 +15,7 @@ use bnconf::suite::{self, Filter, Precision, SuiteCase};
 use bnconf_spec::exact::parse::parse_rational;
 use bnconf_spec::exact::round::{round, round_rational, FloatFormat};
 use bnconf_spec::{Layout, Op};
+use common::onnx::{pb_file, values};
 use common::{bnconf, bnconf_env, text};
 use prost::Message as _;
 use serde_json::Value;
@@ -40,42 +41,6 @@ fn export(prec: &str, dir: &Path, env: &[(&str, &str)]) -> Value {
     assert_eq!(m["format"], "bnconf-onnx/1");
     assert_eq!(m["opset"], 15);
     m
-}
-
-/// A TensorProto's values (raw_data, little-endian) in the format its data_type names.
-fn values(t: &pb::TensorProto) -> (FloatFormat, Vec<f64>) {
-    let raw = t.raw_data.as_ref().expect("raw_data");
-    match t.data_type {
-        pb::DT_FLOAT => (
-            FloatFormat::F32,
-            raw.chunks(4)
-                .map(|b| f32::from_le_bytes(b.try_into().unwrap()) as f64)
-                .collect(),
-        ),
-        pb::DT_DOUBLE => (
-            FloatFormat::F64,
-            raw.chunks(8)
-                .map(|b| f64::from_le_bytes(b.try_into().unwrap()))
-                .collect(),
-        ),
-        pb::DT_FLOAT16 => (
-            FloatFormat::F16,
-            raw.chunks(2)
-                .map(|b| half::f16::from_le_bytes(b.try_into().unwrap()).to_f64())
-                .collect(),
-        ),
-        pb::DT_BFLOAT16 => (
-            FloatFormat::BF16,
-            raw.chunks(2)
-                .map(|b| half::bf16::from_le_bytes(b.try_into().unwrap()).to_f64())
-                .collect(),
-        ),
-        d => panic!("data_type {d}"),
-    }
-}
-
-fn pb_file(path: &Path) -> pb::TensorProto {
-    pb::TensorProto::decode(&std::fs::read(path).unwrap()[..]).unwrap()
 }
 
 fn exact_of(text: &str) -> bnconf_spec::Rational {
@@ -301,28 +266,6 @@ fn bnconf_onnx_reads_the_export_back() {
     }
 }
 
-/// How many files under `d` (a directory under `a`) have the same bytes at the same path
-/// under `b`; panics naming the first that differs or is missing.
-fn same_tree(a: &Path, b: &Path, d: &Path) -> usize {
-    let mut entries: Vec<_> = std::fs::read_dir(d)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    entries.sort();
-    entries
-        .iter()
-        .map(|p| match p.is_dir() {
-            true => same_tree(a, b, p),
-            false => {
-                let twin = b.join(p.strip_prefix(a).unwrap());
-                let same = std::fs::read(p).unwrap() == std::fs::read(&twin).unwrap();
-                assert!(same, "{} differs", p.display());
-                1
-            }
-        })
-        .sum()
-}
-
 /// The same bytes whatever the thread count; a bad --format is exit 2 naming it.
 #[test]
 fn deterministic_and_bad_format() {
@@ -330,7 +273,7 @@ fn deterministic_and_bad_format() {
     let b = common::scratch("onnx-export-det", "b");
     export("f32", &a, &[("RAYON_NUM_THREADS", "1")]);
     export("f32", &b, &[("RAYON_NUM_THREADS", "2")]);
-    let files = same_tree(&a, &b, &a);
+    let files = common::same_tree(&a, &b, &a);
     assert!(files > 1000, "{files}");
     let o = bnconf(&["export", "--format", "onnyx", "--out", a.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));

@@ -81,13 +81,32 @@ fn export_family(
 ) -> Result<ExitCode, ConfError> {
     let mut fs = sel.family_selection()?;
     fs.shard = shard;
-    if format != "protocol" {
-        return Err(ConfError::field(
-            "--format",
-            format!("{format:?} is not yet available for the normalization family (protocol)"),
-        ));
-    }
     let s = fs.generate();
+    match format {
+        "protocol" => {}
+        "onnx" => {
+            let w = protocol::onnx_family::export(&fs, &s, &out)?;
+            eprintln!(
+                "bnconf: wrote {} ONNX tests of family {}{} ({}) to {} ({} cases unsupported, {} excluded: manifest.json says which)",
+                w.modules,
+                fs.family,
+                shard.map(|sh| format!(", shard {sh}")).unwrap_or_default(),
+                fs.precision.name(),
+                out.display(),
+                w.unsupported.len(),
+                s.excluded.len() + w.excluded.len()
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        other => {
+            return Err(ConfError::field(
+                "--format",
+                format!(
+                    "{other:?} is not yet available for the normalization family (protocol, onnx)"
+                ),
+            ))
+        }
+    }
     protocol::family::export(&fs, &s, &out)?;
     eprintln!(
         "bnconf: wrote {} cases of family {}{} ({}) to {} ({} excluded as ill-posed or non-discriminating: manifest.json says which)",

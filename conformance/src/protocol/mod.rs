@@ -20,6 +20,7 @@ pub mod exec;
 pub mod family;
 pub mod family_vectors;
 pub mod onnx_export;
+pub mod onnx_family;
 pub mod replicated;
 pub mod stablehlo;
 pub mod user_case;

@@ -111,7 +111,7 @@ pub fn onnx_dims(c: &SuiteCase) -> Vec<usize> {
 }
 
 /// An f32 attribute's value exactly, as the decimal a suite case holds.
-fn f32_value(text: &str) -> (f32, String) {
+pub fn f32_value(text: &str) -> (f32, String) {
     let r = round_rational(
         &parse_rational(text).expect("a suite case's decimal"),
         FloatFormat::F32,
@@ -126,14 +126,27 @@ fn f32_value(text: &str) -> (f32, String) {
 }
 
 /// One tensor of a test: ONNX name, bnconf name (what it is), dims, values, format; for an
-/// output also its budget.
-struct Port {
-    onnx: &'static str,
-    bnconf: String,
-    dims: Vec<usize>,
-    values: Vec<f64>,
-    format: FloatFormat,
-    budget: Vec<f64>,
+/// output also its budget (the allowed absolute error per element).
+pub struct Port {
+    pub onnx: &'static str,
+    pub bnconf: String,
+    pub dims: Vec<usize>,
+    pub values: Vec<f64>,
+    pub format: FloatFormat,
+    pub budget: Vec<f64>,
+}
+
+/// The one node of a test's model: its operator, attributes and the opset (with its IR
+/// version) that defines it.
+pub struct Node {
+    /// The node's name in the graph.
+    pub name: &'static str,
+    pub op_type: &'static str,
+    pub attribute: Vec<AttributeProto>,
+    pub opset: i64,
+    pub ir_version: i64,
+    /// What the test is of (the graph's doc string).
+    pub doc: String,
 }
 
 /// The correctly rounded outputs of a prepared case, each in its dtype.
@@ -307,41 +320,95 @@ fn build(c: &SuiteCase) -> Result<std::result::Result<Test, String>> {
     Ok(Ok(t))
 }
 
-/// The model of a test: one BatchNormalization node, its inputs and outputs typed.
-fn model(id: &str, t: &Test) -> pb::ModelProto {
+/// The model of a test: one node of `node`'s operator, its inputs and outputs typed.
+pub fn model_of(id: &str, node: Node, inputs: &[Port], outputs: &[Port]) -> pb::ModelProto {
     let vi = |p: &Port| ValueInfoProto::tensor(p.onnx, elem_type(p.format), &p.dims);
+    pb::ModelProto {
+        ir_version: node.ir_version,
+        producer_name: "bnconf".into(),
+        producer_version: env!("CARGO_PKG_VERSION").into(),
+        graph: Some(pb::GraphProto {
+            node: vec![pb::NodeProto {
+                input: inputs.iter().map(|p| p.onnx.to_string()).collect(),
+                output: outputs.iter().map(|p| p.onnx.to_string()).collect(),
+                name: node.name.into(),
+                op_type: node.op_type.into(),
+                attribute: node.attribute,
+            }],
+            name: format!("bnconf_{id}"),
+            initializer: vec![],
+            doc_string: format!(
+                "bnconf {} ONNX export ({FORMAT}): case {id}, {}; outputs are the exact results correctly rounded; conforming: |output - golden| <= budget/<output>.npy element by element",
+                env!("CARGO_PKG_VERSION"),
+                node.doc
+            ),
+            input: inputs.iter().map(vi).collect(),
+            output: outputs.iter().map(vi).collect(),
+        }),
+        opset_import: vec![pb::OperatorSetIdProto {
+            domain: String::new(),
+            version: node.opset,
+        }],
+    }
+}
+
+/// The model of a BatchNormalization test.
+fn model(id: &str, t: &Test) -> pb::ModelProto {
     let mut attribute = vec![AttributeProto::float("epsilon", t.eps)];
     if let Some(a) = t.momentum {
         attribute.push(AttributeProto::float("momentum", a));
     }
     attribute.push(AttributeProto::int("training_mode", i64::from(t.training)));
-    pb::ModelProto {
+    let node = Node {
+        name: "bn",
+        op_type: "BatchNormalization",
+        attribute,
+        opset: OPSET,
         ir_version: IR_VERSION,
-        producer_name: "bnconf".into(),
-        producer_version: env!("CARGO_PKG_VERSION").into(),
-        graph: Some(pb::GraphProto {
-            node: vec![pb::NodeProto {
-                input: t.inputs.iter().map(|p| p.onnx.to_string()).collect(),
-                output: t.outputs.iter().map(|p| p.onnx.to_string()).collect(),
-                name: "bn".into(),
-                op_type: "BatchNormalization".into(),
-                attribute,
-            }],
-            name: format!("bnconf_{id}"),
-            initializer: vec![],
-            doc_string: format!(
-                "bnconf {} ONNX export ({FORMAT}): case {id}, op {}; outputs are the exact results correctly rounded; conforming: |output - golden| <= budget/<output>.npy element by element",
-                env!("CARGO_PKG_VERSION"),
-                t.mc.op.name()
-            ),
-            input: t.inputs.iter().map(vi).collect(),
-            output: t.outputs.iter().map(vi).collect(),
-        }),
-        opset_import: vec![pb::OperatorSetIdProto {
-            domain: String::new(),
-            version: OPSET,
-        }],
+        doc: format!("op {}", t.mc.op.name()),
+    };
+    model_of(id, node, &t.inputs, &t.outputs)
+}
+
+/// Write one test's files under `dir/<id>/`: `model.onnx`, `test_data_set_0/input_<i>.pb`,
+/// `output_<i>.pb` and `budget/<output>.npy`; returns the manifest's `inputs` and `outputs`
+/// entries.
+pub fn write_test(
+    dir: &Path,
+    id: &str,
+    model: &pb::ModelProto,
+    inputs: &[Port],
+    outputs: &[Port],
+) -> Result<(Vec<Value>, Vec<Value>)> {
+    let cd = dir.join(id);
+    let data = cd.join("test_data_set_0");
+    for d in [&data, &cd.join("budget")] {
+        std::fs::create_dir_all(d).map_err(|e| ConfError::io(d, e))?;
     }
+    write_bytes(&cd.join("model.onnx"), &model.encode_to_vec())?;
+    let entry = |i: usize, p: &Port, file: &str| {
+        json!({"index": i, "name": p.onnx, "bnconf": p.bnconf, "dtype": p.format.name(),
+               "shape": p.dims, "file": format!("{id}/test_data_set_0/{file}")})
+    };
+    let mut ins = Vec::new();
+    for (i, p) in inputs.iter().enumerate() {
+        let file = format!("input_{i}.pb");
+        let tp = tensor_proto(p.onnx, &p.dims, &p.values, p.format);
+        write_bytes(&data.join(&file), &tp.encode_to_vec())?;
+        ins.push(entry(i, p, &file));
+    }
+    let mut outs = Vec::new();
+    for (i, p) in outputs.iter().enumerate() {
+        let file = format!("output_{i}.pb");
+        let tp = tensor_proto(p.onnx, &p.dims, &p.values, p.format);
+        write_bytes(&data.join(&file), &tp.encode_to_vec())?;
+        let bfile = format!("budget/{}.npy", p.onnx);
+        write_npy(&cd.join(&bfile), &p.dims, &NpyData::F64(p.budget.clone()))?;
+        let mut e = entry(i, p, &file);
+        e["budget"] = json!(format!("{id}/{bfile}"));
+        outs.push(e);
+    }
+    Ok((ins, outs))
 }
 
 /// What was written: the StableHLO export's record (`modules`: the models written;
@@ -369,35 +436,7 @@ pub fn export(s: &Suite, dtype: Precision, filter: &Filter, dir: &Path) -> Resul
                 continue;
             }
         };
-        let cd = dir.join(&c.id);
-        let data = cd.join("test_data_set_0");
-        for d in [&data, &cd.join("budget")] {
-            std::fs::create_dir_all(d).map_err(|e| ConfError::io(d, e))?;
-        }
-        write_bytes(&cd.join("model.onnx"), &model(&c.id, &t).encode_to_vec())?;
-        let mut ins = Vec::new();
-        for (i, p) in t.inputs.iter().enumerate() {
-            let file = format!("input_{i}.pb");
-            let tp = tensor_proto(p.onnx, &p.dims, &p.values, p.format);
-            write_bytes(&data.join(&file), &tp.encode_to_vec())?;
-            ins.push(
-                json!({"index": i, "name": p.onnx, "bnconf": p.bnconf, "dtype": p.format.name(),
-                            "shape": p.dims, "file": format!("{}/test_data_set_0/{file}", c.id)}),
-            );
-        }
-        let mut outs = Vec::new();
-        for (i, p) in t.outputs.iter().enumerate() {
-            let file = format!("output_{i}.pb");
-            let tp = tensor_proto(p.onnx, &p.dims, &p.values, p.format);
-            write_bytes(&data.join(&file), &tp.encode_to_vec())?;
-            let bfile = format!("budget/{}.npy", p.onnx);
-            write_npy(&cd.join(&bfile), &p.dims, &NpyData::F64(p.budget.clone()))?;
-            outs.push(
-                json!({"index": i, "name": p.onnx, "bnconf": p.bnconf, "dtype": p.format.name(),
-                             "shape": p.dims, "file": format!("{}/test_data_set_0/{file}", c.id),
-                             "budget": format!("{}/{bfile}", c.id)}),
-            );
-        }
+        let (ins, outs) = write_test(dir, &c.id, &model(&c.id, &t), &t.inputs, &t.outputs)?;
         let m = Geometry::new(c.layout, &c.shape, usize::MAX)
             .expect("valid")
             .m;

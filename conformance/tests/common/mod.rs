@@ -3,6 +3,8 @@
 //! [`command`] to configure further), its output as text, and scratch directories.
 #![allow(dead_code)]
 
+pub mod onnx;
+
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -113,4 +115,26 @@ pub fn scratch(prefix: &str, name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
+}
+
+/// How many files under `d` (a directory under `a`) have the same bytes at the same path
+/// under `b`; panics naming the first that differs or is missing.
+pub fn same_tree(a: &Path, b: &Path, d: &Path) -> usize {
+    let mut entries: Vec<_> = std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    entries
+        .iter()
+        .map(|p| match p.is_dir() {
+            true => same_tree(a, b, p),
+            false => {
+                let twin = b.join(p.strip_prefix(a).unwrap());
+                let same = std::fs::read(p).unwrap() == std::fs::read(&twin).unwrap();
+                assert!(same, "{} differs", p.display());
+                1
+            }
+        })
+        .sum()
 }
