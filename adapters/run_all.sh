@@ -3,7 +3,7 @@
 # Writes adapters/results/<adapter>-<dtype>.json (--report, committed) and .txt / .stderr.txt
 # (the printed table and the adapter's stderr, git-ignored).
 #
-# Usage: bash adapters/run_all.sh            numpy_bn, onnxruntime_bn (the cheap set CI runs)
+# Usage: bash adapters/run_all.sh            numpy_bn, onnxruntime_bn, onnxruntime_family (the cheap set)
 #        bash adapters/run_all.sh --heavy    also jax_bn(_stable), flax_bn(_twopass), tf_keras_bn, tf_fused_bn
 #                                            (bash adapters/setup.sh --heavy), and the Rust
 #                                            peers through adapters/rust/run.sh if it exists
@@ -152,6 +152,11 @@ done
 # Diagnostic: ORT in f64 with eps folded into the handed-in variance (see onnxruntime_bn.py),
 # to separate the float32 epsilon attribute from ORT's own arithmetic.
 run onnxruntime_bn_epsfold onnxruntime_bn.py f64 "ORT_BN_EPS=fold" --ops eval,sync_forward
+# The family (layer_norm, rms_norm, group_norm): ORT's LayerNormalization-17,
+# RMSNormalization-23 and GroupNormalization-21 (onnxruntime_family.py)
+for dtype in f32 f64 f16; do
+  run onnxruntime_family onnxruntime_family.py $dtype "" --family all
+done
 fi
 
 if [ "$HEAVY" = 1 ]; then
