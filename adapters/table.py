@@ -23,7 +23,14 @@ last part, e.g. `r3-empty`), every level together.  --check and --write handle b
 of FILE; a file with replicated reports to show must have the second block.
 `python adapters/table.py --replicated` prints that table.  `exported_*.json` (the StableHLO
 export harness's own summaries, adapters/stablehlo/run_exported.py) are not bnconf reports and
-are skipped."""
+are skipped.
+
+Normalization family: reports whose cases are the family's ops (layer_norm, rms_norm,
+group_norm and their backwards: `bnconf check --family ...`, e.g. onnxruntime_family-f32.json)
+are left out of the BatchNorm table and make a third one, between
+`<!-- adapters-family-table:begin -->` and `<!-- adapters-family-table:end -->`: framework x
+dtype x op, one column per level (core, conditioning, range; `–` where the suite has no case
+of that level and dtype).  `python adapters/table.py --family` prints it."""
 
 import argparse
 import difflib
@@ -43,6 +50,10 @@ REND = "<!-- adapters-replicated-table:end -->"
 SPLITS = ["equal", "unequal", "empty"]
 SPLIT_HEAD = {"equal": "equal shards", "unequal": "unequal shards", "empty": "one empty rank"}
 REPL = "-replicated-"
+FBEGIN = "<!-- adapters-family-table:begin -->"
+FEND = "<!-- adapters-family-table:end -->"
+FAMILY_OPS = ["batch_norm", "batch_norm_backward", "layer_norm", "layer_norm_backward", "rms_norm",
+              "rms_norm_backward", "group_norm", "group_norm_backward"]
 # adapters/stablehlo/run_exported.py's summaries (exported_*.json) are not bnconf reports
 EXPORTED = "exported_"
 
@@ -129,22 +140,38 @@ def render_replicated(d):
     return "\n".join(out) + "\n"
 
 
-def render(d):
+def is_family(rep):
+    """A report of `bnconf check --family`: its cases are the family's ops."""
+    return bool(rep["cases"]) and all(c["op"] in FAMILY_OPS for c in rep["cases"])
+
+
+def level_reports(d, family):
+    """(path, report) of the per-level reports: the BatchNorm ones, or the family's."""
     files = sorted(f for f in glob.glob(os.path.join(d, "*.json"))
                    if REPL not in os.path.basename(f) and not os.path.basename(f).startswith(EXPORTED))
-    if not files:
+    reps = [(f, load(f)) for f in files]
+    return [(f, r) for f, r in reps if is_family(r) == family]
+
+
+def render(d, family=False):
+    """The per-level table of the BatchNorm reports (family=False) or of the family's; None
+    when there is no family report."""
+    reps = level_reports(d, family)
+    if not reps:
+        if family:
+            return None
         sys.exit(f"table.py: no reports in {d} (run bash adapters/run_all.sh)")
+    order = FAMILY_OPS if family else OPS
     levels = set()
     rows = OrderedDict()
-    for f in files:
-        rep = load(f)
+    for f, rep in reps:
         fw = os.path.basename(f)[: -len(".json")].rsplit("-", 1)[0]
         for c in rep["cases"]:
             levels.add(c["level"])
             rows.setdefault((fw, c["dtype"]), OrderedDict()).setdefault(c["op"], {}).setdefault(c["level"], []).append(c)
     levels = [lv for lv in LEVELS if lv in levels] + sorted(levels - set(LEVELS))
     out = ["| framework | dtype | op | " + " | ".join(levels) + " |", "|---|---|---|" + "---|" * len(levels)]
-    opkey = lambda op: (OPS.index(op) if op in OPS else len(OPS), op)  # noqa: E731
+    opkey = lambda op: (order.index(op) if op in order else len(order), op)  # noqa: E731
     for fw, dt in sorted(rows):
         ops = rows[(fw, dt)]
         every = [c for op in ops.values() for cs in op.values() for c in cs]
@@ -174,9 +201,16 @@ def main():
     g.add_argument("--check", metavar="FILE", help="exit 1 with a diff if FILE's marker blocks differ")
     g.add_argument("--write", metavar="FILE", help="rewrite FILE's marker blocks")
     g.add_argument("--replicated", action="store_true", help="print the replicated-suite table")
+    g.add_argument("--family", action="store_true", help="print the normalization family's table")
     a = ap.parse_args()
     table = render(a.results)
     rtable = render_replicated(a.results)
+    ftable = render(a.results, family=True)
+    if a.family:
+        if ftable is None:
+            sys.exit(f"table.py: no family reports (bnconf check --family) in {a.results}")
+        sys.stdout.write(ftable)
+        return 0
     if a.replicated:
         if rtable is None:
             sys.exit(f"table.py: no replicated reports (*{REPL}*.json) in {a.results}")
@@ -191,6 +225,8 @@ def main():
     blocks = [(BEGIN, END, table, "adapters table")]
     if rtable is not None or RBEGIN in text:
         blocks.append((RBEGIN, REND, rtable or "", "replicated-suite table"))
+    if ftable is not None or FBEGIN in text:
+        blocks.append((FBEGIN, FEND, ftable or "", "family table"))
     new = text
     stale = False
     for begin, end, want, what in blocks:
