@@ -79,6 +79,53 @@ fn extreme_the_range_robust_kernels_conform_and_the_plain_ones_overflow() {
     }
 }
 
+/// Every budget of the `extreme` (and default) suite is finite in every precision — an
+/// infinite budget accepts any finite value — and each output of each case, its correctly
+/// rounded value moved by 1/8 of itself where it is nonzero, is rejected in f32 and f64 (in
+/// the half types 1/8 is within some budgets: `k·u` is `7·2^-8` in bf16): the range level
+/// judges every output in f64 too, where `x²` of the huge and tiny classes is beyond f64.
+#[test]
+fn extreme_budgets_are_finite_and_every_output_is_judged() {
+    for &family in Family::ALL {
+        for name in ["extreme", "default"] {
+            for p in suite(name, family, &Precision::ALL) {
+                for (out, b) in &p.budgets.outputs {
+                    for (j, e) in b.iter().enumerate() {
+                        assert!(
+                            e.cond.is_finite() && e.mag.is_finite() && e.mag2.is_finite(),
+                            "{}: budget of {out}[{j}] is {e:?}",
+                            p.case.id
+                        );
+                    }
+                }
+                // (in the half types 1/8 can be within a budget: k·u is 7·2^-8 in bf16)
+                let dtype = p.case.case.dtype.name();
+                if dtype != "f32" && dtype != "f64" {
+                    continue;
+                }
+                let gold = p.rounded_goldens();
+                for (out, v) in &gold {
+                    if v.iter().all(|&g| g == 0.0) {
+                        continue;
+                    }
+                    let mut moved = gold.clone();
+                    for g in moved.get_mut(out).unwrap() {
+                        *g += *g / 8.0;
+                    }
+                    let r = p.judge(&moved);
+                    assert_ne!(
+                        r.verdict,
+                        Verdict::Pass,
+                        "{}: {out} moved by 1/8 passes: {:?}",
+                        p.case.id,
+                        r.outputs
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn the_range_robust_kernels_conform_on_the_default_suite_too() {
     for &family in Family::ALL {

@@ -40,6 +40,13 @@
 //! (there is no mean and no `δ`); the offset convention's `1 + gamma`, rounded, a relative
 //! error of `w` not covered by `gamma`'s entry.
 //!
+//! Scaling. Every bound above is homogeneous in `(x, √eps)`: with `x/s`, `eps/s²` (`s` a
+//! power of two) `y`, `dgamma`, `dbeta` are unchanged, `mean` is divided by `s`, `rstd` and
+//! `dx` multiplied by it. A group whose largest `|x|` is `≥ 2^256` or nonzero `≤ 2^-256` (f64
+//! data of the `extreme` suite) is bounded at that scale and the result scaled back, since in
+//! f64 its squares (`var`, `r²`, `r³`) overflow or underflow and the bounds would be infinite —
+//! an infinite budget accepts any finite value.
+//!
 //! The gate ([`FamilyBudgets::gate`]): `k(m)` for the per-cell and per-group outputs (`y`,
 //! `mean`, `rstd`, `dx`), and for `dgamma`, `dbeta`, which sum over every row/sample,
 //! `k(max(m, n))` with `n` the number of cells summed into one element. Every `cond + mag`
@@ -128,6 +135,38 @@ struct GroupTerms {
     /// `mean|d·x|` (upper bound).
     dx: f64,
     dk: f64,
+    /// The power of two `s` the terms were computed at (module docs, "Scaling"): the terms are
+    /// those of `x/s`, `eps/s²`; 1 for every group in f32's range.
+    s: f64,
+}
+
+/// `v·2^k` for `|k| ≤ 2100` (two factors, each a normal power of two).
+fn ldexp(v: f64, k: i32) -> f64 {
+    let h = k / 2;
+    v * 2f64.powi(h) * 2f64.powi(k - h)
+}
+
+/// The exponent `e` (a group is bounded as `x/2^e`, `eps/2^2e`) for a group whose largest
+/// `|x|` is beyond what the f64 bounds can square (`≥ 2^256`, or nonzero `≤ 2^-256`), where
+/// `eps/2^2e` is finite; 0 otherwise.
+fn scale_exponent(xs: &[f64], eps: f64) -> i32 {
+    let amax = xs.iter().fold(0f64, |a, &v| a.max(v.abs()));
+    if !(amax >= 2f64.powi(256) || (amax > 0.0 && amax <= 2f64.powi(-256))) {
+        return 0;
+    }
+    // amax = f·2^e with f in [1, 2) (subnormals included)
+    let mut e = amax.log2().floor() as i32;
+    while ldexp(amax, -e) >= 2.0 {
+        e += 1;
+    }
+    while ldexp(amax, -e) < 1.0 {
+        e -= 1;
+    }
+    if ldexp(eps, -2 * e).is_finite() {
+        e
+    } else {
+        0
+    }
 }
 
 fn group_terms(
@@ -138,7 +177,11 @@ fn group_terms(
     eps_q: &Rational,
 ) -> Result<GroupTerms, SpecError> {
     let centred = norm.centering == Centering::Mean;
-    let x: Vec<Iv> = xs.iter().map(|&v| iv_of_f64(v)).collect();
+    let se = scale_exponent(xs, eps);
+    // x/2^e and eps/2^2e, rounded where they leave the normal range: iv_of_f64's absolute
+    // term (2^-1072) encloses that rounding.
+    let x: Vec<Iv> = xs.iter().map(|&v| iv_of_f64(ldexp(v, -se))).collect();
+    let eps = ldexp(eps, -2 * se);
     let m = x.len() as f64;
     let ax: Vec<f64> = x.iter().map(|e| e.up()).collect();
     let x1 = sum_f(ax.iter().copied()) / m;
@@ -148,7 +191,15 @@ fn group_terms(
     let r = match rsqrt_iv(var.add(iv_of_f64(eps))) {
         Some(r) => r,
         None => {
-            let q = exact_q(xs, centred, eps_q);
+            let mut q = exact_q(xs, centred, eps_q);
+            // exactly q/2^2e
+            let p2 =
+                Rational::from_integer(num_bigint::BigInt::from(1u8) << (2 * se.unsigned_abs()));
+            if se > 0 {
+                q /= p2;
+            } else if se < 0 {
+                q *= p2;
+            }
             if q <= Rational::from_integer(0.into()) {
                 let what = if centred {
                     "var + eps"
@@ -179,12 +230,38 @@ fn group_terms(
         dk: if centred { mean_sq(xs.len(), x1) } else { 0.0 },
         c: if centred { 1.0 } else { 0.0 },
         ru: r.up(),
+        s: ldexp(1.0, se),
         ax,
         x1,
         h,
         ah,
     })
 }
+
+/// An element budget of an output of degree `d` in the scale, times `s^d` (`f = s^d`, a power
+/// of two): `cond`, `mag` and `mag2` (which enters as `u·mag2`) scale alike.
+fn scaled(b: ElementBudget, f: f64) -> ElementBudget {
+    if f == 1.0 {
+        return b;
+    }
+    // a power of two times an upper bound, rounded up where it leaves the normal range
+    let up = |v: f64| {
+        let w = v * f;
+        if w != 0.0 && w.abs() < f64::MIN_POSITIVE {
+            w + TINY_UP
+        } else {
+            w
+        }
+    };
+    ElementBudget {
+        cond: up(b.cond),
+        mag: up(b.mag),
+        mag2: up(b.mag2),
+    }
+}
+
+/// The rounding of a product into the subnormal range (at most half its spacing).
+const TINY_UP: f64 = 4.0 * f64::MIN_POSITIVE * f64::EPSILON;
 
 /// The weight `w` of parameter `p` as an enclosure, and `|gamma_p|` (0 without a weight).
 fn weight(norm: &Norm, gamma: Option<&[f64]>, p: usize) -> (Iv, f64) {
@@ -233,10 +310,11 @@ pub fn family_budgets(prob: &FamilyProblem<'_>) -> Result<FamilyBudgets, SpecErr
                     e.mag2 = t.dk * wh * r2 / 2.0;
                     y[i] = e;
                 }
-                mean.push(eb(t.x1, t.x1));
+                // y is of degree 0 in the scale, mean of degree 1, rstd of degree −1.
+                mean.push(scaled(eb(t.x1, t.x1), t.s));
                 let mut rs = eb(ru * r2 * t.dx, ru + ru * r2 * t.dd / 2.0);
                 rs.mag2 = t.dk * ru * r2 / 2.0;
-                rstd.push(rs);
+                rstd.push(scaled(rs, 1.0 / t.s));
             }
             out.outputs.insert("y", y);
             out.gate.insert("y", k_cells);
@@ -303,7 +381,8 @@ pub fn family_budgets(prob: &FamilyProblem<'_>) -> Result<FamilyBudgets, SpecErr
                     };
                     let mut b = eb(cond_dy + cond_g + cond_x, mag);
                     b.mag2 = mag2;
-                    dx[i] = b;
+                    // dx is of degree −1 in the scale; dgamma and dbeta of degree 0.
+                    dx[i] = scaled(b, 1.0 / t.s);
                 }
                 // dgamma, dbeta: this group's partial sums per parameter.
                 let mut part: BTreeMap<usize, (Iv, Iv, f64, f64, f64)> = BTreeMap::new();
