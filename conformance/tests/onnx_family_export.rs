@@ -13,43 +13,25 @@ mod common;
 use bnconf::formats::npy::{read_npy_any, NpyData};
 use bnconf::formats::onnx_proto as pb;
 use bnconf::judge::family::prepare_family;
-use bnconf::suite::family::{family_goldens, format_of, FamilySuiteCase, Golden};
-use bnconf::suite::family_select::FamilySelection;
+use bnconf::suite::family::{family_goldens, format_of, Golden};
 use bnconf_impl::family::{FamilyOp, Named, RmsConvention};
 use bnconf_spec::exact::round::{round, FloatFormat};
 use common::onnx::{pb_file, values};
-use common::{bnconf_env, text};
+use common::text;
 use prost::Message as _;
 use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::Path;
 
 fn export(prec: &str, dir: &Path, env: &[(&str, &str)]) -> Value {
-    let o = bnconf_env(
-        &[
-            "export",
-            "--family",
-            "all",
-            "--format",
-            "onnx",
-            "--dtype",
-            prec,
-            "--out",
-            dir.to_str().unwrap(),
-        ],
+    common::family_export::export(
+        "onnx",
+        prec,
+        dir,
         env,
-    );
-    assert!(o.status.success(), "{}", text(&o));
-    assert!(
-        text(&o).contains("ONNX tests of family all"),
-        "{}",
-        text(&o)
-    );
-    let m: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
-    assert_eq!(m["format"], "bnconf-onnx/1");
-    assert_eq!(m["family"], "all");
-    m
+        "ONNX tests of family all",
+        "bnconf-onnx/1",
+    )
 }
 
 /// The operator, opset and IR version each forward op maps to (FORMAT.md).
@@ -67,25 +49,9 @@ fn operator(op: FamilyOp) -> (&'static str, i64, i64) {
 fn check_precision(prec: &str) -> BTreeSet<(&'static str, &'static str)> {
     let dir = common::scratch("onnx-family-export", prec);
     let m = export(prec, &dir, &[]);
-    let sel = FamilySelection::from_names::<&str>(
-        "all",
-        "default",
-        prec,
-        bnconf::suite::DEFAULT_SEED,
-        &[],
-        &[],
-    )
-    .unwrap();
-    let s = sel.generate();
-    let by_id: BTreeMap<&str, &FamilySuiteCase> =
-        s.cases.iter().map(|c| (c.id.as_str(), c)).collect();
-    let [listed, unsupported, excluded] =
-        ["cases", "unsupported", "excluded"].map(|k| m[k].as_array().unwrap());
-    assert_eq!(
-        listed.len() + unsupported.len() + excluded.len(),
-        s.cases.len() + s.excluded.len(),
-        "every case is a model, unsupported or excluded"
-    );
+    let s = common::family_export::default_suite(prec);
+    let by_id = common::family_export::by_id(&s);
+    let [listed, unsupported, _] = common::family_export::partition(&m, &s);
     for u in unsupported {
         let c = &by_id[u["id"].as_str().unwrap()].case;
         let why = u["reason"].as_str().unwrap();
@@ -301,7 +267,7 @@ fn deterministic_and_bad_format() {
         "--family",
         "layer_norm",
         "--format",
-        "stablehlo",
+        "onnyx",
         "--out",
         a.join("x").to_str().unwrap(),
     ]);

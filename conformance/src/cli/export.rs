@@ -98,12 +98,24 @@ fn export_family(
             );
             return Ok(ExitCode::SUCCESS);
         }
+        "stablehlo" => {
+            let w = protocol::stablehlo_family::export(&fs, &s, &out)?;
+            eprintln!(
+                "bnconf: wrote {} StableHLO modules of family {}{} ({}) to {} ({} cases unsupported, {} excluded: manifest.json says which)",
+                w.modules,
+                fs.family,
+                shard.map(|sh| format!(", shard {sh}")).unwrap_or_default(),
+                fs.precision.name(),
+                out.display(),
+                w.unsupported.len(),
+                s.excluded.len() + w.excluded.len()
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
         other => {
             return Err(ConfError::field(
                 "--format",
-                format!(
-                    "{other:?} is not yet available for the normalization family (protocol, onnx)"
-                ),
+                format!("unknown format {other:?} (protocol, stablehlo, onnx)"),
             ))
         }
     }

@@ -23,6 +23,7 @@ pub mod onnx_export;
 pub mod onnx_family;
 pub mod replicated;
 pub mod stablehlo;
+pub mod stablehlo_family;
 pub mod user_case;
 
 use crate::formats::fsafe::read_regular_string;

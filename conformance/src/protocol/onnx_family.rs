@@ -28,11 +28,10 @@
 
 use super::onnx_export::{model_of, write_test, Node, Port, FORMAT};
 use crate::error::{ConfError, Result};
-use crate::formats::atomic::write_bytes;
 use crate::formats::family_case::family_shape;
 use crate::formats::onnx_proto::AttributeProto;
 use crate::judge::family::prepare_family;
-use crate::protocol::stablehlo::{dyadic_decimal, Written};
+use crate::protocol::stablehlo::{dyadic_decimal, write_family_manifest, Written};
 use crate::suite::family::{family_ill_posed, format_of, FamilySuite, FamilySuiteCase};
 use crate::suite::family_select::FamilySelection;
 use bnconf_impl::family::{FamilyOp, Named, RmsConvention};
@@ -269,22 +268,7 @@ pub fn export(sel: &FamilySelection, s: &FamilySuite, dir: &Path) -> Result<Writ
         listed.push(entry);
         w.modules += 1;
     }
-    write_manifest(dir, sel, s, listed, &w)?;
-    Ok(w)
-}
-
-fn write_manifest(
-    dir: &Path,
-    sel: &FamilySelection,
-    s: &FamilySuite,
-    listed: Vec<Value>,
-    w: &Written,
-) -> Result<()> {
-    let reasons = |list: &mut dyn Iterator<Item = &(String, String)>| -> Value {
-        list.map(|(id, why)| json!({"id": id, "reason": why}))
-            .collect()
-    };
-    let opsets: BTreeMap<&str, Value> =
+    let operators: BTreeMap<&str, Value> =
         [FamilyOp::LayerNorm, FamilyOp::RmsNorm, FamilyOp::GroupNorm]
             .into_iter()
             .filter_map(|op| {
@@ -296,15 +280,16 @@ fn write_manifest(
                 })
             })
             .collect();
-    let mut m = sel.manifest_json(s);
-    m["format"] = json!(FORMAT);
-    m["operators"] = json!(opsets);
-    m["budget"] = json!(
-        "per element |output - golden| <= budget: k*u*(cond + mag + u*mag2 + underflow/u), f64"
-    );
-    m["cases"] = Value::Array(listed);
-    m["unsupported"] = reasons(&mut w.unsupported.iter());
-    m["excluded"] = reasons(&mut s.excluded.iter().chain(&w.excluded));
-    let text = serde_json::to_string_pretty(&m).expect("json") + "\n";
-    write_bytes(&dir.join("manifest.json"), text.as_bytes())
+    write_family_manifest(
+        dir,
+        FORMAT,
+        (sel, s),
+        &[
+            ("operators", json!(operators)),
+            ("budget", json!("per element |output - golden| <= budget: k*u*(cond + mag + u*mag2 + underflow/u), f64")),
+        ],
+        listed,
+        &w,
+    )?;
+    Ok(w)
 }

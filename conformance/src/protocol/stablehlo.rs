@@ -108,7 +108,7 @@ fn array_shape(c: &SuiteCase, name: &str) -> Vec<usize> {
 }
 
 /// `tensor<2x3x4x4xf32>`.
-fn tensor_type(shape: &[usize], t: FloatFormat) -> String {
+pub fn tensor_type(shape: &[usize], t: FloatFormat) -> String {
     let mut s = String::from("tensor<");
     for d in shape {
         let _ = write!(s, "{d}x");
@@ -136,7 +136,7 @@ pub fn hex_blob(v: &[f64], t: FloatFormat) -> String {
 
 /// A float literal MLIR reads back as exactly `v`: 17 significant digits with a `.` (the
 /// value is an f32, so the f64 it parses to converts to f32 exactly).
-fn mlir_float(v: f64) -> String {
+pub fn mlir_float(v: f64) -> String {
     format!("{v:.16e}")
 }
 
@@ -264,7 +264,7 @@ pub struct Written {
     pub excluded: Vec<(String, String)>,
 }
 
-fn to_npy(t: FloatFormat, v: &[f64]) -> NpyData {
+pub fn to_npy(t: FloatFormat, v: &[f64]) -> NpyData {
     match t {
         FloatFormat::F32 => NpyData::F32(v.iter().map(|&x| x as f32).collect()),
         _ => NpyData::F64(v.to_vec()),
@@ -414,6 +414,36 @@ pub fn write_manifest(
         reasons(&mut s.excluded.iter().chain(&w.excluded)),
     );
     let text = serde_json::to_string_pretty(&Value::Object(m)).expect("json") + "\n";
+    write_bytes(&dir.join("manifest.json"), text.as_bytes())
+}
+
+/// The export manifest of a family selection (both formats): the family export's manifest
+/// (`FamilySelection::manifest_json`) with `format`, then `extra`, then `cases` (`listed`),
+/// `unsupported` and `excluded` (the suite's exclusions, then the export's).
+pub fn write_family_manifest(
+    dir: &Path,
+    format: &str,
+    (sel, s): (
+        &crate::suite::family_select::FamilySelection,
+        &crate::suite::family::FamilySuite,
+    ),
+    extra: &[(&str, Value)],
+    listed: Vec<Value>,
+    w: &Written,
+) -> Result<()> {
+    let reasons = |list: &mut dyn Iterator<Item = &(String, String)>| -> Value {
+        list.map(|(id, why)| json!({"id": id, "reason": why}))
+            .collect()
+    };
+    let mut m = sel.manifest_json(s);
+    m["format"] = json!(format);
+    for (k, v) in extra {
+        m[*k] = v.clone();
+    }
+    m["cases"] = Value::Array(listed);
+    m["unsupported"] = reasons(&mut w.unsupported.iter());
+    m["excluded"] = reasons(&mut s.excluded.iter().chain(&w.excluded));
+    let text = serde_json::to_string_pretty(&m).expect("json") + "\n";
     write_bytes(&dir.join("manifest.json"), text.as_bytes())
 }
 

@@ -3,6 +3,7 @@
 //! [`command`] to configure further), its output as text, and scratch directories.
 #![allow(dead_code)]
 
+pub mod family_export;
 pub mod onnx;
 
 use std::ffi::OsStr;
