@@ -597,6 +597,78 @@ fn exact_rational(x: &QSqrt) -> Rational {
     x.as_rational().expect("statistic is rational").clone()
 }
 
+/// `v·2^k` for `|k| ≤ 2100` (two factors, each a normal power of two).
+pub(crate) fn ldexp(v: f64, k: i32) -> f64 {
+    let h = k / 2;
+    v * 2f64.powi(h) * 2f64.powi(k - h)
+}
+
+/// The exponent `e` (a group is bounded as `x/2^e`, `eps/2^2e`) for a group whose largest
+/// `|x|` is beyond what the f64 bounds can square (`≥ 2^256`, or nonzero `≤ 2^-256`), where
+/// `eps/2^2e` is finite; 0 otherwise.
+pub(crate) fn scale_exponent(xs: &[f64], eps: f64) -> i32 {
+    let amax = xs.iter().fold(0f64, |a, &v| a.max(v.abs()));
+    if !(amax >= 2f64.powi(256) || (amax > 0.0 && amax <= 2f64.powi(-256))) {
+        return 0;
+    }
+    // amax = f·2^e with f in [1, 2) (subnormals included)
+    let mut e = amax.log2().floor() as i32;
+    while ldexp(amax, -e) >= 2.0 {
+        e += 1;
+    }
+    while ldexp(amax, -e) < 1.0 {
+        e -= 1;
+    }
+    if ldexp(eps, -2 * e).is_finite() {
+        e
+    } else {
+        0
+    }
+}
+
+/// An element budget of an output of degree `d` in the scale, times `s^d` (`f = s^d`, a power
+/// of two): `cond`, `mag` and `mag2` (which enters as `u·mag2`) scale alike.
+pub(crate) fn scaled(b: ElementBudget, f: f64) -> ElementBudget {
+    if f == 1.0 {
+        return b;
+    }
+    // a power of two times an upper bound, rounded up where it leaves the normal range
+    let up = |v: f64| {
+        let w = v * f;
+        if w != 0.0 && w.abs() < f64::MIN_POSITIVE {
+            w + TINY
+        } else {
+            w
+        }
+    };
+    ElementBudget {
+        cond: up(b.cond),
+        mag: up(b.mag),
+        mag2: up(b.mag2),
+    }
+}
+
+/// `q/2^2e`, exactly.
+pub(crate) fn scale_q(q: Rational, e: i32) -> Rational {
+    let p2 = Rational::from_integer(num_bigint::BigInt::from(1u8) << (2 * e.unsigned_abs()));
+    match e.cmp(&0) {
+        std::cmp::Ordering::Greater => q / p2,
+        std::cmp::Ordering::Less => q * p2,
+        std::cmp::Ordering::Equal => q,
+    }
+}
+
+/// An enclosure times `2^k`, still an enclosure where the product leaves the normal range.
+fn iv_ldexp(a: Iv, k: i32) -> Iv {
+    if k == 0 {
+        return a;
+    }
+    Iv {
+        v: ldexp(a.v, k),
+        e: ldexp(a.e, k) + 2.0 * TINY,
+    }
+}
+
 pub(crate) fn c1_error(channel: usize, what: &'static str, q: &Rational) -> SpecError {
     SpecError::NonPositiveVariance {
         channel,
@@ -674,12 +746,22 @@ fn bound_channel_from(
                 .collect(),
         }
     };
+    // forward, backward: a channel whose |x| is beyond f64's squares (the f64 huge and tiny
+    // classes) is bounded as x/2^se, eps/2^2se, and the outputs scaled back by their degree
+    // (y, dgamma, dbeta 0; mean 1; var 2; dx −1), as the family's groups are.
     let x: Vec<Iv> = cells("x");
+    let se = if matches!(op, Op::Forward | Op::Backward) {
+        let xv: Vec<f64> = x.iter().map(|e| e.v).collect();
+        scale_exponent(&xv, eps.to_f64().unwrap_or(f64::INFINITY))
+    } else {
+        0
+    };
+    let x: Vec<Iv> = x.into_iter().map(|e| iv_ldexp(e, -se)).collect();
     let m = x.len();
     let mf = m as f64;
     let one = |n: &str| iv_of(&inp.values[n][0]);
     let eps_q = QSqrt::rational(eps.clone());
-    let eps_iv = iv_of(&eps_q);
+    let eps_iv = iv_ldexp(iv_of(&eps_q), -2 * se);
     let ax: Vec<f64> = x.iter().map(|e| e.up()).collect();
     let x1 = sum_f(ax.iter().copied()) / mf;
     let zero = Rational::from_integer(0.into());
@@ -698,11 +780,11 @@ fn bound_channel_from(
                     if q <= zero {
                         return Err(c1_error(c, "var + eps", &q));
                     }
-                    let r = rsqrt_iv(iv_of(&QSqrt::rational(q))).unwrap_or(Iv {
+                    let r = rsqrt_iv(iv_of(&QSqrt::rational(scale_q(q, se)))).unwrap_or(Iv {
                         v: 0.0,
                         e: f64::INFINITY,
                     });
-                    (iv_of(&mu_e), r)
+                    (iv_ldexp(iv_of(&mu_e), -se), r)
                 }
             }
         }
@@ -731,7 +813,7 @@ fn bound_channel_from(
     let ah: Vec<f64> = h.iter().map(|e| e.up()).collect();
     let hx = sum_f(ah.iter().zip(&ax).map(|(a, b)| a * b)) / mf;
 
-    Ok(match op {
+    let out = match op {
         Op::Forward => {
             let (gm, bt) = (one("gamma").up(), one("beta").up());
             let dk = mean_sq(m, x1);
@@ -853,7 +935,22 @@ fn bound_channel_from(
             vec![dx, vec![dgamma], vec![eb(s1, s1)]]
         }
         Op::RunningUpdate | Op::SyncStats => unreachable!("returned above"),
-    })
+    };
+    if se == 0 {
+        return Ok(out);
+    }
+    let degrees: &[i32] = match op {
+        Op::Forward => &[0, 1, 2],
+        _ => &[-1, 0, 0],
+    };
+    Ok(out
+        .into_iter()
+        .zip(degrees)
+        .map(|(o, &d)| {
+            let f = ldexp(1.0, d * se);
+            o.into_iter().map(|b| scaled(b, f)).collect()
+        })
+        .collect())
 }
 
 /// The second-order allowance of a computed mean, in the units of `mag2`: a kernel's mean

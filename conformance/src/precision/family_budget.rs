@@ -54,7 +54,8 @@
 //! sums of roots of `dgamma`).
 
 use super::budget::{
-    c1_error, eb, iv_of_f64, k_allowance, mean_sq, rsqrt_iv, sum_f, sum_iv, ElementBudget, Iv, SAFE,
+    c1_error, eb, iv_of_f64, k_allowance, ldexp, mean_sq, rsqrt_iv, scale_exponent, scale_q,
+    scaled, sum_f, sum_iv, ElementBudget, Iv, SAFE,
 };
 use bnconf_spec::exact::roots::SumOfRoots;
 use bnconf_spec::exact::round::{f64_to_rational, FloatFormat};
@@ -140,35 +141,6 @@ struct GroupTerms {
     s: f64,
 }
 
-/// `v·2^k` for `|k| ≤ 2100` (two factors, each a normal power of two).
-fn ldexp(v: f64, k: i32) -> f64 {
-    let h = k / 2;
-    v * 2f64.powi(h) * 2f64.powi(k - h)
-}
-
-/// The exponent `e` (a group is bounded as `x/2^e`, `eps/2^2e`) for a group whose largest
-/// `|x|` is beyond what the f64 bounds can square (`≥ 2^256`, or nonzero `≤ 2^-256`), where
-/// `eps/2^2e` is finite; 0 otherwise.
-fn scale_exponent(xs: &[f64], eps: f64) -> i32 {
-    let amax = xs.iter().fold(0f64, |a, &v| a.max(v.abs()));
-    if !(amax >= 2f64.powi(256) || (amax > 0.0 && amax <= 2f64.powi(-256))) {
-        return 0;
-    }
-    // amax = f·2^e with f in [1, 2) (subnormals included)
-    let mut e = amax.log2().floor() as i32;
-    while ldexp(amax, -e) >= 2.0 {
-        e += 1;
-    }
-    while ldexp(amax, -e) < 1.0 {
-        e -= 1;
-    }
-    if ldexp(eps, -2 * e).is_finite() {
-        e
-    } else {
-        0
-    }
-}
-
 fn group_terms(
     gi: usize,
     xs: &[f64],
@@ -191,15 +163,7 @@ fn group_terms(
     let r = match rsqrt_iv(var.add(iv_of_f64(eps))) {
         Some(r) => r,
         None => {
-            let mut q = exact_q(xs, centred, eps_q);
-            // exactly q/2^2e
-            let p2 =
-                Rational::from_integer(num_bigint::BigInt::from(1u8) << (2 * se.unsigned_abs()));
-            if se > 0 {
-                q /= p2;
-            } else if se < 0 {
-                q *= p2;
-            }
+            let q = scale_q(exact_q(xs, centred, eps_q), se);
             if q <= Rational::from_integer(0.into()) {
                 let what = if centred {
                     "var + eps"
@@ -237,31 +201,6 @@ fn group_terms(
         ah,
     })
 }
-
-/// An element budget of an output of degree `d` in the scale, times `s^d` (`f = s^d`, a power
-/// of two): `cond`, `mag` and `mag2` (which enters as `u·mag2`) scale alike.
-fn scaled(b: ElementBudget, f: f64) -> ElementBudget {
-    if f == 1.0 {
-        return b;
-    }
-    // a power of two times an upper bound, rounded up where it leaves the normal range
-    let up = |v: f64| {
-        let w = v * f;
-        if w != 0.0 && w.abs() < f64::MIN_POSITIVE {
-            w + TINY_UP
-        } else {
-            w
-        }
-    };
-    ElementBudget {
-        cond: up(b.cond),
-        mag: up(b.mag),
-        mag2: up(b.mag2),
-    }
-}
-
-/// The rounding of a product into the subnormal range (at most half its spacing).
-const TINY_UP: f64 = 4.0 * f64::MIN_POSITIVE * f64::EPSILON;
 
 /// The weight `w` of parameter `p` as an enclosure, and `|gamma_p|` (0 without a weight).
 fn weight(norm: &Norm, gamma: Option<&[f64]>, p: usize) -> (Iv, f64) {
