@@ -7,7 +7,7 @@
 #        bash adapters/run_all.sh --heavy    also jax_bn(_stable), flax_bn(_twopass), tf_keras_bn, tf_fused_bn
 #                                            (bash adapters/setup.sh --heavy), and the Rust
 #                                            peers through adapters/rust/run.sh if it exists
-#        bash adapters/run_all.sh --torch    also torch_bn (PyTorch on CPU; bash adapters/setup.sh --torch;
+#        bash adapters/run_all.sh --torch    also torch_bn and torch_family (PyTorch on CPU; bash adapters/setup.sh --torch;
 #                                            TORCH_BN_DEVICE=cuda on a GPU machine)
 #        bash adapters/run_all.sh --stablehlo  only the StableHLO adapter (bash adapters/setup.sh --stablehlo;
 #                                            its venv adapters/.venv-stablehlo): shlo_xla, shlo_iree and
@@ -185,6 +185,11 @@ if [ "$TORCH" = 1 ]; then
   # Diagnostic: running_update through torch.native_batch_norm, which skips F.batch_norm's
   # refusal of one value per channel (its running variance is then 0/0).
   run torch_bn_native torch_bn.py f32 "TORCH_BN_NATIVE=1" --ops running_update
+  # The family: F.layer_norm, F.rms_norm, F.group_norm and their autograd backwards
+  # (torch_family.py), every dtype and the mixed precisions of autocast-style training.
+  for dtype in f32 f64 f16 bf16 f16+f32 bf16+f32; do
+    run torch_family torch_family.py $dtype "" --family all
+  done
 fi
 if [ "$STABLEHLO" = 1 ]; then
   # adapters/stablehlo/shlo_bn.py: StableHLO's batch_norm_* ops (and templates) on nchw/nhwc.
