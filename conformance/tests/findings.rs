@@ -5,7 +5,9 @@
 //! committed output (`kernel/<output>.npy`) judged as failing: ratio over k, on the output
 //! the finding names, with the ratio recorded. A replicated finding (sync BN across ranks:
 //! `case.json` has `ranks` and `shard_sizes`) has the engine's output per rank,
-//! `kernel/rank<r>/<output>.npy`, judged as `bnconf check --suite replicated` judges it.
+//! `kernel/rank<r>/<output>.npy`, judged as `bnconf check --suite replicated` judges it. A
+//! finding of the normalization family (its `case.json` names a `family`; made by hand, with
+//! `finding.json` for `shrink.json`) is reproduced through the binary, as a user would.
 
 use bnconf::formats::case::InputLimits;
 use bnconf::formats::golden;
@@ -50,13 +52,14 @@ fn every_listed_finding_has_its_files() {
             doc.contains(&format!("findings/{name}/")),
             "FINDINGS.md does not link {name}"
         );
-        for f in [
-            "case.json",
-            "golden.json",
-            "shrink.json",
-            "repro.py",
-            "repro.txt",
-        ] {
+        // a family finding (not shrunk: `bnconf shrink` takes batch_norm cases) records its
+        // judgement in finding.json
+        let record = if is_family(d) {
+            "finding.json"
+        } else {
+            "shrink.json"
+        };
+        for f in ["case.json", "golden.json", record, "repro.py", "repro.txt"] {
             let alt = if f == "repro.py" {
                 d.join("repro.rs").is_file() || d.join("repro/src/main.rs").is_file()
             } else {
@@ -67,11 +70,88 @@ fn every_listed_finding_has_its_files() {
     }
 }
 
+/// A finding of the normalization family: its case file names a `family`.
+fn is_family(d: &Path) -> bool {
+    json(&d.join("case.json")).get("family").is_some()
+}
+
+/// A family finding, through the binary as a user reproduces it: `bnconf golden case.json`
+/// is the committed golden.json byte for byte, and `bnconf check --case case.json --outputs
+/// kernel` fails (exit 1) on the output finding.json names, with its ratio and k.
+fn family_finding_reproduces(d: &Path, name: &str) {
+    let bnconf = env!("CARGO_BIN_EXE_bnconf");
+    let o = std::process::Command::new(bnconf)
+        .current_dir(d)
+        .args(["golden", "case.json"])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{name}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        String::from_utf8(o.stdout).unwrap(),
+        std::fs::read_to_string(d.join("golden.json")).unwrap(),
+        "{name}: golden.json is not `bnconf golden case.json`"
+    );
+    let report =
+        std::env::temp_dir().join(format!("bnconf-finding-{name}-{}.json", std::process::id()));
+    let o = std::process::Command::new(bnconf)
+        .current_dir(d)
+        .args([
+            "check",
+            "--case",
+            "case.json",
+            "--outputs",
+            "kernel",
+            "--report",
+        ])
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{name}: the engine's output conforms now"
+    );
+    let r = json(&report);
+    let _ = std::fs::remove_file(&report);
+    let c = &r["cases"][0];
+    let f = json(&d.join("finding.json"));
+    assert_eq!(c["id"], f["case"]["id"], "{name}");
+    assert_eq!(c["verdict"], "fail", "{name}");
+    let out = f["failure"]["output"].as_str().unwrap();
+    let o = c["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["name"] == out)
+        .unwrap_or_else(|| panic!("{name}: no output {out}"));
+    let k = c["k"].as_f64().unwrap();
+    assert_eq!(f["k"].as_f64(), Some(k), "{name}");
+    let w = o["worst_ratio"].as_f64().unwrap();
+    assert!(
+        w > k && o["elements_over"].as_u64().unwrap() > 0,
+        "{name}: {out} within k"
+    );
+    let rec = f["failure"]["worst_ratio"].as_f64().unwrap();
+    assert!((w - rec).abs() <= 1e-9 * rec, "{name}: ratio {w} vs {rec}");
+    assert_eq!(o["actual"], f["failure"]["actual"], "{name}");
+    assert_eq!(o["expected"], f["failure"]["expected"], "{name}");
+}
+
 #[test]
 fn every_finding_still_reproduces() {
     let mut replicated = 0;
+    let mut family = 0;
     for d in finding_dirs() {
         let name = d.file_name().unwrap().to_string_lossy().into_owned();
+        if is_family(&d) {
+            family_finding_reproduces(&d, &name);
+            family += 1;
+            continue;
+        }
         let s = json(&d.join("shrink.json"));
         let case = bnconf::shrink::case_from_file(&d.join("case.json"), &InputLimits::default())
             .unwrap_or_else(|e| panic!("{name}: case.json: {e}"));
@@ -188,4 +268,6 @@ fn every_finding_still_reproduces() {
     }
     // Flax's equal-weight merge and empty rank, Keras's one-pass sync variance.
     assert!(replicated >= 3, "{replicated} replicated findings");
+    // ONNX Runtime's one-pass GroupNormalization, PyTorch's half-type LayerNorm dbeta.
+    assert!(family >= 2, "{family} family findings");
 }
