@@ -124,6 +124,46 @@ fn defect_cases() -> Vec<(&'static str, FamilyCase)> {
             .build(8),
         ),
         (
+            "bad-ln-half-param-sums",
+            Spec::last(
+                LayerNormBackward,
+                &[64, 4],
+                1,
+                Dtype::BF16,
+                Affine::WeightBias,
+            )
+            .mixed()
+            .repeated_rows()
+            .positive_dy()
+            .build(11),
+        ),
+        (
+            "bad-gn-onepass",
+            Spec::channels(
+                GroupNorm,
+                Nchw,
+                &[2, 6, 2, 2],
+                2,
+                Dtype::F32,
+                Affine::WeightBias,
+            )
+            .centre(512.0)
+            .build(12),
+        ),
+        (
+            "bad-gn-onepass",
+            Spec::channels(
+                GroupNormBackward,
+                Ncl,
+                &[2, 6, 8],
+                3,
+                Dtype::F32,
+                Affine::WeightBias,
+            )
+            .centre(512.0)
+            .build(13),
+        ),
+        (
             "bad-ln-var-doubled",
             ln(LayerNorm, &[4, 8], 1, Dtype::F32, 1e-5, 0.0),
         ),
@@ -257,13 +297,16 @@ fn known_bad_kernels_conform_where_their_defect_does_not_show() {
                 // Each defect's reach, from its description: the cases it may spoil (a superset);
                 // outside it the kernel must conform.
                 // One-pass cancels by (mean/σ)²; the hand cases' mean is at most ~1σ.
-                "bad-ln-onepass" | "bad-ln-backward-onepass" => false,
+                "bad-ln-onepass" | "bad-ln-backward-onepass" | "bad-gn-onepass" => false,
                 "bad-ln-no-eps" | "bad-ln-eps-outside-sqrt" => claims,
                 // The sharpness controls change rstd, and so every output, wherever var + eps
                 // is not 0 (every case): nothing of their ops is outside their reach.
                 name if SHARPNESS_CONTROLS.contains(&name) => claims,
                 "bad-ln-half-xhat-dgamma" => {
                     claims && case.param_dtype != case.dtype && case.affine.has_weight()
+                }
+                "bad-ln-half-param-sums" => {
+                    claims && case.param_dtype != case.dtype && case.affine != Affine::None
                 }
                 "bad-ln-backward-one-axis" => claims && case.normalized_ndim > Some(1),
                 "bad-rms-bf16-dgamma" => claims && case.affine.has_weight(),

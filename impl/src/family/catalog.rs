@@ -167,6 +167,17 @@ fn recipes() -> Vec<FamilyRecipe> {
             )
         },
         bad(
+            "bad-ln-half-param-sums",
+            "KNOWN BAD (mixed precision): LayerNorm backward whose dgamma and dbeta (f32 \
+             outputs in f16+f32 and bf16+f32) are summed over the rows left to right with the \
+             accumulator stored in the half activation type after every addition (as PyTorch \
+             2.15's CPU layer_norm backward with half input and float32 weights); otherwise as \
+             ln-twopass. Its defect is held in f16+f32 and bf16+f32.",
+            Family::LayerNorm,
+            Flaw::HalfParamSums,
+            &[FamilyOp::LayerNormBackward],
+        ),
+        bad(
             "bad-ln-no-eps",
             "KNOWN BAD: LayerNorm with rstd = 1/sqrt(var): eps dropped (wrong once var is not \
              large against eps; infinite on constant rows).",
@@ -223,6 +234,16 @@ fn recipes() -> Vec<FamilyRecipe> {
              C/G is not a power of two.",
             Family::GroupNorm,
             Flaw::Pow2Groups,
+            GN,
+        ),
+        bad(
+            "bad-gn-onepass",
+            "KNOWN BAD: GroupNorm variance one-pass, var = max(E[x²] − mean², 0) in the working \
+             precision (as ONNX's function body for GroupNormalization-21, which ONNX Runtime \
+             runs): catastrophic cancellation on groups whose mean is large against their \
+             spread.",
+            Family::GroupNorm,
+            Flaw::OnePass,
             GN,
         ),
         bad(

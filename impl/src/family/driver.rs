@@ -40,6 +40,9 @@ pub(crate) enum Flaw {
     /// `dgamma` (an f32 output in the mixed precisions) summed from `xhat` kept in the half
     /// activation type, as a memory-saving backward that recomputes `xhat` from the half `y`.
     HalfXhatDgamma,
+    /// `dgamma` and `dbeta` (f32 outputs in the mixed precisions) summed over the rows left to
+    /// right with the accumulator stored in the half activation type after every addition.
+    HalfParamSums,
     /// The variance (rms_norm: the mean square) doubled: a sharpness control.
     VarDoubled,
     /// `rstd` 25 % too large: a sharpness control.
@@ -92,12 +95,14 @@ impl FamilyKernel for FamilyRecipe {
             // The half types' cancellation sweep is mild (its inputs must stay well-posed at
             // the half type's u): a one-pass variance in f32 shows in f32 and f64 only.
             Some(Flaw::OnePass | Flaw::BackwardOnePass) => &[Dtype::F32, Dtype::F64],
-            Some(Flaw::HalfXhatDgamma) => &[Dtype::F16, Dtype::BF16],
+            Some(Flaw::HalfXhatDgamma | Flaw::HalfParamSums) => &[Dtype::F16, Dtype::BF16],
             _ => Dtype::ALL,
         }
     }
     fn defect_mixed_only(&self) -> bool {
-        self.has(Flaw::HalfXhatDgamma)
+        // HalfParamSums in pure f16/bf16: the parameters' own type is the half one, and a
+        // sequential sum of the default suite's dy of both signs stays within its budget.
+        self.has(Flaw::HalfXhatDgamma) || self.has(Flaw::HalfParamSums)
     }
     fn range_robust(&self) -> bool {
         self.scaled
@@ -274,8 +279,12 @@ impl FamilyRecipe {
         put("dx", &dx);
         let by_param = g.cells_of_params();
         if case.affine.has_weight() {
+            let half_sums =
+                self.has(Flaw::HalfParamSums) && matches!(case.dtype, Dtype::F16 | Dtype::BF16);
             let (sum, acc) = if self.has(Flaw::DgammaBf16) {
                 (Summation::Storage16, Dtype::BF16)
+            } else if half_sums {
+                (Summation::Storage16, case.dtype)
             } else {
                 (Summation::Pairwise, case.dtype)
             };
@@ -294,7 +303,15 @@ impl FamilyRecipe {
         if case.affine.has_bias() {
             let dbeta: Vec<A> = by_param
                 .iter()
-                .map(|cells| pairwise(cells, &|i| dy[i]))
+                .map(|cells| {
+                    if self.has(Flaw::HalfParamSums)
+                        && matches!(case.dtype, Dtype::F16 | Dtype::BF16)
+                    {
+                        Summation::Storage16.sum(case.dtype, cells.len(), |j| dy[cells[j]])
+                    } else {
+                        pairwise(cells, &|i| dy[i])
+                    }
+                })
                 .collect();
             put("dbeta", &dbeta);
         }
