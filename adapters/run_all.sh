@@ -7,7 +7,7 @@
 #        bash adapters/run_all.sh --heavy    also jax_bn(_stable), flax_bn(_twopass), tf_keras_bn, tf_fused_bn
 #                                            (bash adapters/setup.sh --heavy), and the Rust
 #                                            peers through adapters/rust/run.sh if it exists
-#        bash adapters/run_all.sh --torch    also torch_bn and torch_family (PyTorch on CPU; bash adapters/setup.sh --torch;
+#        bash adapters/run_all.sh --torch    also torch_bn, torch_family, torch_compile_family (PyTorch on CPU; setup.sh --torch;
 #                                            TORCH_BN_DEVICE=cuda on a GPU machine)
 #        bash adapters/run_all.sh --stablehlo  only the StableHLO adapter (bash adapters/setup.sh --stablehlo;
 #                                            its venv adapters/.venv-stablehlo): shlo_xla, shlo_iree and
@@ -189,6 +189,7 @@ if [ "$TORCH" = 1 ]; then
   # (torch_family.py), every dtype and the mixed precisions of autocast-style training.
   for dtype in f32 f64 f16 bf16 f16+f32 bf16+f32; do
     run torch_family torch_family.py $dtype "" --family all
+    run torch_compile_family torch_compile_family.py $dtype "" --family all
   done
 fi
 if [ "$STABLEHLO" = 1 ]; then
