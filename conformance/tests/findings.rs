@@ -268,6 +268,7 @@ fn every_finding_still_reproduces() {
     }
     // Flax's equal-weight merge and empty rank, Keras's one-pass sync variance.
     assert!(replicated >= 3, "{replicated} replicated findings");
-    // ONNX Runtime's one-pass GroupNormalization, PyTorch's half-type LayerNorm dbeta.
-    assert!(family >= 2, "{family} family findings");
+    // ONNX Runtime's one-pass GroupNormalization, PyTorch's half-type LayerNorm dbeta, and
+    // torch.compile's half rstd.
+    assert!(family >= 3, "{family} family findings");
 }
