@@ -139,7 +139,37 @@ fn family_finding_reproduces(d: &Path, name: &str) {
     assert!((w - rec).abs() <= 1e-9 * rec, "{name}: ratio {w} vs {rec}");
     assert_eq!(o["actual"], f["failure"]["actual"], "{name}");
     assert_eq!(o["expected"], f["failure"]["expected"], "{name}");
+    let named: Vec<&str> = r["diagnosis"]
+        .as_array()
+        .map(|d| d.iter().filter_map(|k| k["kernel"].as_str()).collect())
+        .unwrap_or_default();
+    let want = FAMILY_DIAGNOSIS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, k)| *k)
+        .unwrap_or_else(|| {
+            panic!("{name}: add the kernel its diagnosis names to FAMILY_DIAGNOSIS")
+        });
+    assert_eq!(
+        named.first().copied(),
+        Some(want),
+        "{name}: diagnosis {named:?}"
+    );
 }
+
+/// The built-in known-bad kernel each family finding's diagnosis names first: the kernel that
+/// models the engine's defect (a finding whose fingerprint changes fails here).
+const FAMILY_DIAGNOSIS: &[(&str, &str)] = &[
+    ("onnxruntime-group-normalization-one-pass", "bad-gn-onepass"),
+    (
+        "torch-layer-norm-backward-half-accumulation",
+        "bad-ln-half-param-sums",
+    ),
+    (
+        "torch-compile-norm-backward-half-rstd",
+        "bad-ln-half-rstd-dgamma",
+    ),
+];
 
 #[test]
 fn every_finding_still_reproduces() {

@@ -178,6 +178,17 @@ fn recipes() -> Vec<FamilyRecipe> {
             &[FamilyOp::LayerNormBackward],
         ),
         bad(
+            "bad-ln-half-rstd-dgamma",
+            "KNOWN BAD (mixed precision): LayerNorm backward whose f32 dgamma is summed from \
+             xhat = (x − mean)·rstd with rstd rounded to the half activation type (as \
+             torch.compile's Inductor backward in PyTorch 2.15, which keeps the recomputed \
+             statistics in the input's dtype); otherwise as ln-twopass. Its defect is held in \
+             f16+f32 and bf16+f32.",
+            Family::LayerNorm,
+            Flaw::HalfRstdDgamma,
+            &[FamilyOp::LayerNormBackward],
+        ),
+        bad(
             "bad-ln-no-eps",
             "KNOWN BAD: LayerNorm with rstd = 1/sqrt(var): eps dropped (wrong once var is not \
              large against eps; infinite on constant rows).",
@@ -245,6 +256,16 @@ fn recipes() -> Vec<FamilyRecipe> {
             Family::GroupNorm,
             Flaw::OnePass,
             GN,
+        ),
+        bad(
+            "bad-gn-half-rstd-dgamma",
+            "KNOWN BAD (mixed precision): GroupNorm backward whose f32 dgamma is summed from \
+             xhat = (x − mean)·rstd with rstd rounded to the half activation type (as \
+             torch.compile's Inductor backward in PyTorch 2.15); otherwise as gn-twopass. Its \
+             defect is held in f16+f32 and bf16+f32.",
+            Family::GroupNorm,
+            Flaw::HalfRstdDgamma,
+            &[FamilyOp::GroupNormBackward],
         ),
         bad(
             "bad-gn-channels-last",

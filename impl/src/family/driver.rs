@@ -43,6 +43,10 @@ pub(crate) enum Flaw {
     /// `dgamma` and `dbeta` (f32 outputs in the mixed precisions) summed over the rows left to
     /// right with the accumulator stored in the half activation type after every addition.
     HalfParamSums,
+    /// `dgamma` (an f32 output in the mixed precisions) summed from `xhat = (x − mean)·rstd`
+    /// with `rstd` rounded to the half activation type, as a compiled backward that keeps the
+    /// recomputed statistics in the input's dtype.
+    HalfRstdDgamma,
     /// The variance (rms_norm: the mean square) doubled: a sharpness control.
     VarDoubled,
     /// `rstd` 25 % too large: a sharpness control.
@@ -95,14 +99,18 @@ impl FamilyKernel for FamilyRecipe {
             // The half types' cancellation sweep is mild (its inputs must stay well-posed at
             // the half type's u): a one-pass variance in f32 shows in f32 and f64 only.
             Some(Flaw::OnePass | Flaw::BackwardOnePass) => &[Dtype::F32, Dtype::F64],
-            Some(Flaw::HalfXhatDgamma | Flaw::HalfParamSums) => &[Dtype::F16, Dtype::BF16],
+            Some(Flaw::HalfXhatDgamma | Flaw::HalfParamSums | Flaw::HalfRstdDgamma) => {
+                &[Dtype::F16, Dtype::BF16]
+            }
             _ => Dtype::ALL,
         }
     }
     fn defect_mixed_only(&self) -> bool {
         // HalfParamSums in pure f16/bf16: the parameters' own type is the half one, and a
         // sequential sum of the default suite's dy of both signs stays within its budget.
-        self.has(Flaw::HalfXhatDgamma) || self.has(Flaw::HalfParamSums)
+        self.has(Flaw::HalfXhatDgamma)
+            || self.has(Flaw::HalfParamSums)
+            || self.has(Flaw::HalfRstdDgamma)
     }
     fn range_robust(&self) -> bool {
         self.scaled
@@ -293,7 +301,20 @@ impl FamilyRecipe {
             } else {
                 case.dtype_of("dgamma")
             };
-            let xhat_dg: Vec<A> = xhat_raw.iter().map(|&v| keep_in(xd, v)).collect();
+            let half_rstd =
+                self.has(Flaw::HalfRstdDgamma) && matches!(case.dtype, Dtype::F16 | Dtype::BF16);
+            let xhat_dg: Vec<A> = if half_rstd {
+                let mut v = vec![A::ZERO; x.len()];
+                for (gi, cells) in g.groups().iter().enumerate() {
+                    let r = A::of(case.dtype.round(rstd[gi].to_f64()));
+                    for &i in cells {
+                        v[i] = (x[i] - mean[gi]) * r;
+                    }
+                }
+                v
+            } else {
+                xhat_raw.iter().map(|&v| keep_in(xd, v)).collect()
+            };
             let dgamma: Vec<A> = by_param
                 .iter()
                 .map(|cells| sum.sum(acc, cells.len(), |j| dy[cells[j]] * xhat_dg[cells[j]]))
