@@ -5,7 +5,7 @@ mod common;
 
 use bnconf::formats::case::InputLimits;
 use bnconf::judge::check::{self, Verdict};
-use common::{bnconf, scratch, stderr, text, BNCONF};
+use common::{bnconf, read_json, scratch, stderr, text, tree_files, BNCONF};
 use serde_json::Value;
 use std::path::Path;
 
@@ -37,29 +37,6 @@ fn shrink_in(suite: &str, case: &str, kernel: &str, out: &Path) -> std::process:
     ])
 }
 
-fn json(p: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
-}
-
-/// Every file under `dir`, relative path and bytes, sorted.
-fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                let rel = p.strip_prefix(dir).unwrap().display().to_string();
-                out.push((rel, std::fs::read(&p).unwrap()));
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 /// Shrinking the one-pass-variance kernel's failure on a large-mean case: a case of one
 /// channel and a few cells, still failing `var`, still diagnosed as bad-onepass-var (checked
 /// again here in process from the written case file), the large mean kept, the exact
@@ -70,7 +47,7 @@ fn shrinks_onepass_variance_deterministically() {
     let (a, b) = (root.join("a"), root.join("b"));
     let o = shrink(CASE, "bad-onepass-var", &a);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let s = json(&a.join("shrink.json"));
+    let s = read_json(&a.join("shrink.json"));
     assert_eq!(s["format"], "bnconf-shrink/1");
     assert_eq!(s["failure"]["behaves_like"], "bad-onepass-var", "{s}");
     assert_eq!(s["verdict"], "fail");
@@ -139,7 +116,7 @@ fn shrinks_onepass_variance_deterministically() {
     assert_eq!(gj["outputs"]["var"]["exact"], var["exact"]);
     assert_eq!(gj["outputs"]["var"]["f32"], var["expected"]);
     assert_eq!(
-        json(&a.join("golden.json"))["outputs"]["y"]["exact"],
+        read_json(&a.join("golden.json"))["outputs"]["y"]["exact"],
         gj["outputs"]["y"]["exact"]
     );
     for name in [
@@ -155,7 +132,7 @@ fn shrinks_onepass_variance_deterministically() {
     // Deterministic: a second run writes the same bytes.
     let o2 = shrink(CASE, "bad-onepass-var", &b);
     assert_eq!(o2.status.code(), Some(0), "{}", text(&o2));
-    assert_eq!(files(&a), files(&b));
+    assert_eq!(tree_files(&a), tree_files(&b));
 }
 
 /// Another defect keeps its own diagnosis, and a case file is accepted as the original.
@@ -165,7 +142,7 @@ fn shrinks_from_a_case_file_and_keeps_the_diagnosis() {
     let first = root.join("first");
     let o = shrink("forward.rows.f32.gaussian", "bad-unbiased-var", &first);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let s = json(&first.join("shrink.json"));
+    let s = read_json(&first.join("shrink.json"));
     assert_eq!(s["failure"]["behaves_like"], "bad-unbiased-var", "{s}");
     // Shrinking the written case again (as a case file) finds nothing smaller to drop.
     let again = root.join("again");
@@ -180,7 +157,7 @@ fn shrinks_from_a_case_file_and_keeps_the_diagnosis() {
         again.to_str().unwrap(),
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let t = json(&again.join("shrink.json"));
+    let t = read_json(&again.join("shrink.json"));
     assert_eq!(t["failure"]["behaves_like"], "bad-unbiased-var");
     assert_eq!(t["case"]["shape"], s["case"]["shape"]);
     assert_eq!(t["outputs"], s["outputs"]);
@@ -285,7 +262,7 @@ fn shrinks_a_replicated_case_across_ranks() {
     let (a, b) = (root.join("a"), root.join("b"));
     let o = shrink_replicated(id, "bad-rep-equal-weight", &a);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let s = json(&a.join("shrink.json"));
+    let s = read_json(&a.join("shrink.json"));
     assert_eq!(s["failure"]["behaves_like"], "bad-rep-equal-weight", "{s}");
     assert_eq!(s["original"]["shard_sizes"], serde_json::json!([2, 5, 9]));
     let before = s["original"]["input_elements"].as_u64().unwrap();
@@ -300,7 +277,7 @@ fn shrinks_a_replicated_case_across_ranks() {
     assert!(sizes.iter().any(|&n| n != sizes[0]), "{sizes:?} is equal");
     assert!(!sizes.contains(&0), "{sizes:?}: a rank was emptied");
     assert_eq!(s["case"]["shard_sizes"], serde_json::json!(sizes));
-    let cj = json(&a.join("case.json"));
+    let cj = read_json(&a.join("case.json"));
     assert_eq!(cj["ranks"], sizes.len());
     for (r, &n) in sizes.iter().enumerate() {
         let rd = a.join("kernel").join(format!("rank{r}"));
@@ -330,7 +307,7 @@ fn shrinks_a_replicated_case_across_ranks() {
 
     let o2 = shrink_replicated(id, "bad-rep-equal-weight", &b);
     assert_eq!(o2.status.code(), Some(0), "{}", text(&o2));
-    assert_eq!(files(&a), files(&b));
+    assert_eq!(tree_files(&a), tree_files(&b));
 }
 
 /// An empty rank is kept where the failure needs it (a kernel that counts an empty rank as
@@ -346,7 +323,7 @@ fn replicated_shrink_keeps_the_empty_rank_only_where_the_original_had_one() {
         &out,
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let s = json(&out.join("shrink.json"));
+    let s = read_json(&out.join("shrink.json"));
     assert_eq!(s["failure"]["behaves_like"], "bad-rep-empty-as-one", "{s}");
     let sizes: Vec<u64> = s["case"]["shard_sizes"]
         .as_array()
@@ -363,7 +340,7 @@ fn replicated_shrink_keeps_the_empty_rank_only_where_the_original_had_one() {
         &out,
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let s = json(&out.join("shrink.json"));
+    let s = read_json(&out.join("shrink.json"));
     assert_eq!(s["failure"]["behaves_like"], "bad-rep-onepass", "{s}");
     let sizes = s["case"]["shard_sizes"].as_array().unwrap();
     assert_eq!(sizes.len(), 2);

@@ -5,7 +5,9 @@ use bnconf::error::{ConfError, Result};
 use bnconf::formats::case::InputLimits;
 use bnconf::protocol::exec::{self, ExecOptions};
 use bnconf::shrink::run::{shrink, Ended};
+use bnconf::suite::family::{family_suite_named, FamilySuiteCase};
 use bnconf::suite::{self, SuiteCase};
+use bnconf_impl::family::{FamilyOp, Named};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -52,7 +54,80 @@ pub struct ShrinkArgs {
     pub quiet: bool,
 }
 
-/// The original case named by the arguments.
+/// The case to shrink: batch_norm's, or a normalization-family case.
+pub enum Original {
+    BatchNorm(Box<SuiteCase>),
+    Family(Box<FamilySuiteCase>),
+}
+
+/// The original case named by the arguments: a family case when `--case`'s op is a family op
+/// (`layer_norm`, `rms_norm_backward`, ...) or `--case-file` is a family case file.
+pub fn original(a: &ShrinkArgs) -> Result<Original> {
+    if let (Some(f), None) = (&a.case_file, &a.case) {
+        let lim = InputLimits::default();
+        if bnconf::protocol::family::is_family_case_file(f, &lim)? {
+            let sc = bnconf::protocol::family::user_suite_case(f, &lim)?;
+            return Ok(Original::Family(Box::new(sc)));
+        }
+    }
+    if let (Some(id), None) = (&a.case, &a.case_file) {
+        let op = id.split('.').next().unwrap_or("");
+        if let Some(op) = FamilyOp::from_name(op) {
+            return family_suite_case(a, id, op).map(|c| Original::Family(Box::new(c)));
+        }
+    }
+    original_case(a).map(|c| Original::BatchNorm(Box::new(c)))
+}
+
+/// Case `id` of the family suite of `op`'s family named by `--suite`, `--dtype` (the mixed
+/// precisions too: a family case file has `param_dtype`) and `--seed`.
+fn family_suite_case(a: &ShrinkArgs, id: &str, op: FamilyOp) -> Result<FamilySuiteCase> {
+    let prec = bnconf::testing::parse_precision(&a.dtype).map_err(|_| {
+        ConfError::field(
+            "--dtype",
+            format!(
+                "{:?}: one of f32, f64, f16, bf16, f16+f32, bf16+f32",
+                a.dtype
+            ),
+        )
+    })?;
+    let s = family_suite_named(&a.suite, op.family(), &[prec], a.seed).ok_or_else(|| {
+        ConfError::field(
+            "--suite",
+            format!(
+                "unknown suite {:?} for a family case (default, extreme, scale)",
+                a.suite
+            ),
+        )
+    })?;
+    let found = s.cases.iter().find(|c| c.id == id).cloned();
+    found.ok_or_else(|| {
+        let near: Vec<&str> = s
+            .cases
+            .iter()
+            .filter(|c| c.case.op == op)
+            .take(3)
+            .map(|c| c.id.as_str())
+            .collect();
+        ConfError::field(
+            "--case",
+            format!(
+                "{id:?} is not a case of the {} suite {:?} in {} (seed {}){}",
+                op.family(),
+                a.suite,
+                prec.name(),
+                a.seed,
+                if near.is_empty() {
+                    String::new()
+                } else {
+                    format!("; e.g. {}", near.join(", "))
+                }
+            ),
+        )
+    })
+}
+
+/// The original batch_norm case named by the arguments.
 pub fn original_case(a: &ShrinkArgs) -> Result<SuiteCase> {
     match (&a.case, &a.case_file) {
         (Some(_), Some(_)) => Err(ConfError::field(
@@ -159,7 +234,15 @@ fn run_inner(a: &ShrinkArgs) -> Result<ExitCode> {
     if a.timeout == 0 {
         return Err(ConfError::field("--timeout", "must be at least 1 second"));
     }
-    let original = original_case(a)?;
+    let opts = ExecOptions {
+        cmd: a.exec.clone(),
+        shell: a.exec_shell,
+        timeout: std::time::Duration::from_secs(a.timeout),
+    };
+    let original = match original(a)? {
+        Original::Family(sc) => return run_family(a, &sc, &opts),
+        Original::BatchNorm(c) => *c,
+    };
     if bnconf::shrink::problem_of(&original).is_err() || suite::ill_posed(&original).is_some() {
         return Err(ConfError::field(
             "--case",
@@ -169,27 +252,61 @@ fn run_inner(a: &ShrinkArgs) -> Result<ExitCode> {
             ),
         ));
     }
-    let opts = ExecOptions {
-        cmd: a.exec.clone(),
-        shell: a.exec_shell,
-        timeout: std::time::Duration::from_secs(a.timeout),
-    };
-    match shrink(&original, &opts, a.max_runs, a.quiet)? {
+    let ended = shrink(&original, &opts, a.max_runs, a.quiet)?;
+    finish(
+        a,
+        &original.id,
+        ended,
+        bnconf::shrink::write_output,
+        bnconf::shrink::summary,
+    )
+}
+
+/// The exit of a search: `128 + N` on signal N, 1 when the kernel does not fail the case
+/// (nothing written), 0 with the shrunk case written (all or nothing) and its summary printed.
+fn finish<T>(
+    a: &ShrinkArgs,
+    id: &str,
+    ended: Ended<T>,
+    write: impl Fn(&T, &Path) -> Result<()>,
+    summary: impl Fn(&T) -> String,
+) -> Result<ExitCode> {
+    match ended {
         Ended::Interrupted(sig) => Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8)),
         Ended::DoesNotFail(why) => {
             eprintln!(
-                "bnconf shrink: case {} does not fail with `{}`: {why}; nothing to shrink, nothing written",
-                original.id, a.exec
+                "bnconf shrink: case {id} does not fail with `{}`: {why}; nothing to shrink, nothing written",
+                a.exec
             );
             Ok(ExitCode::from(1))
         }
         Ended::Shrunk(s) => {
-            bnconf::formats::atomic::write_dir_atomic(&a.out, |stage| {
-                bnconf::shrink::write_output(&s, stage)
-            })?;
-            print!("{}", bnconf::shrink::summary(&s));
+            bnconf::formats::atomic::write_dir_atomic(&a.out, |stage| write(&s, stage))?;
+            print!("{}", summary(&s));
             println!("wrote {}", a.out.display());
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `bnconf shrink` of a family case (the exit codes of batch_norm's).
+fn run_family(a: &ShrinkArgs, original: &FamilySuiteCase, opts: &ExecOptions) -> Result<ExitCode> {
+    use bnconf::shrink::family;
+    if !family::valid(&original.case) {
+        return Err(ConfError::field(
+            "--case",
+            format!(
+                "{} is ill-posed in its dtype or invalid: nothing to judge",
+                original.id
+            ),
+        ));
+    }
+    let ended = bnconf::shrink::family_run::shrink_family(original, opts, a.max_runs, a.quiet)?;
+    finish(
+        a,
+        &original.id,
+        ended,
+        family::write_output,
+        family::summary,
+    )
 }

@@ -320,11 +320,34 @@ impl FamilyPrepared {
         })
     }
 
+    /// Every element's ratio of output `name` as the judge takes it (`None` for an output
+    /// judged through the fast cells, or one the case does not have): what `bnconf shrink`
+    /// reports per element.
+    pub fn element_ratios(&self, name: &str, vals: &[f64]) -> Option<Vec<f64>> {
+        let (&name, golden) = self.goldens.get_key_value(name)?;
+        (golden.len() == vals.len()).then(|| self.output_ratios(name, golden, vals))
+    }
+
     fn judge_output(&self, name: &'static str, golden: &Golden, vals: &[f64]) -> OutputResult {
         let u = format_of(self.case.case.dtype_of(name)).unit_roundoff();
         let k = self.budgets.gate[name];
         let budgets = &self.budgets.outputs[name];
-        let ratios: Vec<f64> = match golden {
+        let ratios = self.output_ratios(name, golden, vals);
+        output_result(name, &ratios, vals, budgets, k, u, |worst| match golden {
+            Golden::Q(ex) => (
+                ex[worst].to_string(),
+                round(&ex[worst], FloatFormat::F64).to_f64(),
+            ),
+            Golden::Roots(ex) => (ex[worst].to_string(), self.roots_f64[name][worst]),
+        })
+    }
+
+    /// The ratios of [`Self::judge_output`].
+    fn output_ratios(&self, name: &'static str, golden: &Golden, vals: &[f64]) -> Vec<f64> {
+        let u = format_of(self.case.case.dtype_of(name)).unit_roundoff();
+        let k = self.budgets.gate[name];
+        let budgets = &self.budgets.outputs[name];
+        match golden {
             Golden::Q(ex) => match self.approx.get(name) {
                 Some(ap) => ex
                     .par_iter()
@@ -349,14 +372,7 @@ impl FamilyPrepared {
                 .zip(budgets)
                 .map(|(((e, &e64), &v), b)| roots_ratio_gated(e, e64, v, b, u, k))
                 .collect(),
-        };
-        output_result(name, &ratios, vals, budgets, k, u, |worst| match golden {
-            Golden::Q(ex) => (
-                ex[worst].to_string(),
-                round(&ex[worst], FloatFormat::F64).to_f64(),
-            ),
-            Golden::Roots(ex) => (ex[worst].to_string(), self.roots_f64[name][worst]),
-        })
+        }
     }
 }
 

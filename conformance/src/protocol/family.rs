@@ -451,6 +451,31 @@ pub fn golden_to_dir(path: &Path, lim: &InputLimits, dir: &Path) -> Result<()> {
 /// statistics may be absent; `DIR/error`, `DIR/unsupported`), judged as a suite case is. A
 /// bad case file is an error naming the field; a bad or missing output is a verdict.
 pub fn judge_user_case(case: &Path, dir: &Path, lim: &InputLimits) -> Result<FamilyJudged> {
+    let sc = user_suite_case(case, lim)?;
+    if !dir.is_dir() {
+        return Err(ConfError::field(
+            "--outputs",
+            format!("{}: not a directory", dir.display()),
+        ));
+    }
+    let p = crate::judge::family::prepare_family(&sc)
+        .map_err(|e| ConfError::field("inputs", e.to_string()))?;
+    let (r, ng, got) = judge_one(&p, read_out_dir(dir, &dir.display().to_string(), &sc.case));
+    let mut out = FamilyJudged::default();
+    if !ng.is_empty() {
+        out.not_given.push((r.id.clone(), ng));
+    }
+    if let (Verdict::Fail, Some(got)) = (&r.verdict, got) {
+        out.failing.push((p, got, r.worst_ratio));
+    }
+    out.results.push(r);
+    Ok(out)
+}
+
+/// A family case file read as a [`FamilySuiteCase`] (id, `level` and `class` from the file,
+/// else `core` and `user`; `eps` the f64 a kernel reads), refused when ill-posed in its dtype
+/// (`check --case`, `shrink --case-file`).
+pub fn user_suite_case(case: &Path, lim: &InputLimits) -> Result<FamilySuiteCase> {
     let v = read_case_json(case, lim)?;
     let base = case.parent().map(Path::to_path_buf).unwrap_or_default();
     let f = parse_family_case(&v, &base, lim)?;
@@ -477,22 +502,5 @@ pub fn judge_user_case(case: &Path, dir: &Path, lim: &InputLimits) -> Result<Fam
         precision,
         case: c,
     };
-    if !dir.is_dir() {
-        return Err(ConfError::field(
-            "--outputs",
-            format!("{}: not a directory", dir.display()),
-        ));
-    }
-    let p = crate::judge::family::prepare_family(&sc)
-        .map_err(|e| ConfError::field("inputs", e.to_string()))?;
-    let (r, ng, got) = judge_one(&p, read_out_dir(dir, &dir.display().to_string(), &sc.case));
-    let mut out = FamilyJudged::default();
-    if !ng.is_empty() {
-        out.not_given.push((r.id.clone(), ng));
-    }
-    if let (Verdict::Fail, Some(got)) = (&r.verdict, got) {
-        out.failing.push((p, got, r.worst_ratio));
-    }
-    out.results.push(r);
-    Ok(out)
+    Ok(sc)
 }

@@ -12,6 +12,9 @@
 //! the kernel fills `out/`, and the outputs are judged against the candidate's exact goldens
 //! computed from memory (inputs are never read back from the directory).
 
+pub mod family;
+#[cfg(all(feature = "cli", unix))]
+pub mod family_run;
 #[cfg(all(feature = "cli", unix))]
 pub mod run;
 
@@ -294,6 +297,21 @@ pub fn neutral_value(name: &str) -> Option<f64> {
     }
 }
 
+/// The output of a failing result with the largest ratio among those over their gate (`None`
+/// when the result does not fail).
+pub fn worst_failing(r: &CaseResult) -> Option<&crate::judge::verdict::OutputResult> {
+    if r.verdict != Verdict::Fail {
+        return None;
+    }
+    r.outputs
+        .iter()
+        .filter(|o| o.n_over > 0)
+        .fold(None, |a, o| match a {
+            Some(b) if b.worst_ratio >= o.worst_ratio => Some(b),
+            _ => Some(o),
+        })
+}
+
 /// The failure a candidate must keep: the same output over budget and, where the original's
 /// diagnosis named a known-bad kernel, that kernel reproducing it.
 #[derive(Clone, Debug, PartialEq)]
@@ -307,16 +325,7 @@ pub struct Signature {
 impl Signature {
     /// The signature of a failing result (`None` when it does not fail).
     pub fn of(p: &Prepared, r: &CaseResult) -> Option<Signature> {
-        if r.verdict != Verdict::Fail {
-            return None;
-        }
-        let worst = r.outputs.iter().filter(|o| o.n_over > 0).fold(
-            None::<&crate::judge::verdict::OutputResult>,
-            |a, o| match a {
-                Some(b) if b.worst_ratio >= o.worst_ratio => Some(b),
-                _ => Some(o),
-            },
-        )?;
+        let worst = worst_failing(r)?;
         let kernel =
             crate::judge::diagnosis::diagnose(std::slice::from_ref(p), std::slice::from_ref(r))
                 .first()

@@ -27,11 +27,12 @@ use bnconf_spec::op::Extent;
 use bnconf_spec::Op;
 use std::collections::BTreeMap;
 
-/// How a search ended.
+/// How a search ended (`T`: what it found, [`Shrunk`] or a family case's
+/// [`super::family::FamilyShrunk`]).
 #[derive(Debug)]
-pub enum Ended {
+pub enum Ended<T = Shrunk> {
     /// A smaller (or equal) case that fails the same way.
-    Shrunk(Box<Shrunk>),
+    Shrunk(Box<T>),
     /// The kernel does not fail the original case: its verdict and worst ratio.
     DoesNotFail(String),
     /// bnconf got this signal while the kernel ran.
@@ -54,7 +55,7 @@ enum Run {
 }
 
 /// Why a search stopped early.
-enum Stop {
+pub(crate) enum Stop {
     Error(ConfError),
     Signal(i32),
 }
