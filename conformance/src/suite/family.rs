@@ -106,6 +106,9 @@ struct Class {
     eps: f64,
     /// Only these ops (`None`: both of the family).
     backward_only: bool,
+    /// The mean of `dy` (its std is 1): 0, or 2 where every row's `dy` is mostly of one sign
+    /// and `dbeta = Σ dy` grows with the rows summed (a half-type accumulator stagnates).
+    dy_centre: f64,
 }
 
 /// The cancellation ratios (row mean / row std) of a precision: f32 1e2, 1e4; scaled per
@@ -154,6 +157,7 @@ fn extreme_classes(family: Family, p: Precision) -> Vec<Class> {
         convention: RmsConvention::Standard,
         eps,
         backward_only: false,
+        dy_centre: 0.0,
     };
     vec![class("huge", huge, 1e-5), class("tiny", tiny, 0.0)]
 }
@@ -188,6 +192,7 @@ fn scale_classes(family: Family, p: Precision) -> Vec<Class> {
         convention: RmsConvention::Standard,
         eps: 1e-5,
         backward_only: false,
+        dy_centre: 0.0,
     };
     use Level::*;
     match family {
@@ -246,6 +251,7 @@ fn classes(family: Family, p: Precision) -> Vec<Class> {
         convention: RmsConvention::Standard,
         eps: 1e-5,
         backward_only: false,
+        dy_centre: 0.0,
     };
     use Level::*;
     let (full, shared) = match family {
@@ -429,6 +435,12 @@ fn classes(family: Family, p: Precision) -> Vec<Class> {
     let many = class("many-rows", Conditioning, shared.many, shifted, full);
     v.push(Class {
         backward_only: true,
+        ..many.clone()
+    });
+    v.push(Class {
+        name: "many-rows-same-sign".into(),
+        backward_only: true,
+        dy_centre: 2.0,
         ..many
     });
     if p.act == FloatFormat::F16 {
@@ -790,7 +802,9 @@ fn draw(op: FamilyOp, c: &Class, p: Precision, rng: &mut Rng) -> FamilyCase {
     for name in op.inputs(c.affine) {
         let v: Vec<f64> = match name {
             "x" => x.clone(),
-            "dy" => (0..n).map(|_| to_dtype(rng.normal(), act)).collect(),
+            "dy" => (0..n)
+                .map(|_| to_dtype(c.dy_centre + rng.normal(), act))
+                .collect(),
             "gamma" if c.convention == RmsConvention::Offset => (0..np)
                 .map(|_| to_dtype(rng.range(-0.5, 0.5), par))
                 .collect(),
@@ -1073,6 +1087,7 @@ mod tests {
             "var-near-eps",
             "k1",
             "many-rows",
+            "many-rows-same-sign",
             "nd2",
             "nd3",
             "f16-large",
