@@ -522,6 +522,71 @@ fn rows_of_layout_last_in_chunks_take_the_exact_paths_answer() {
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 
+/// f32 outputs of layout `last` are first tried in plain f64 (with a wider bound), rows of
+/// `rstd` above 2^64 (here about 2^84: values 2^-60 apart by 2^-83, `eps = 0`) straight in
+/// double-double: both bit for bit the exact path, forward and backward.
+#[test]
+fn rows_of_tiny_spread_take_the_exact_paths_answer() {
+    use Affine::*;
+    use FamilyOp::*;
+    let (rows, k) = (3, 80);
+    let x: Vec<f64> = (0..rows * k)
+        .map(|i| {
+            let base = if i / k == 1 {
+                1.0
+            } else {
+                8.673617379884035e-19
+            }; // 2^-60
+            (base * (1.0 + ((i * 7 % 13) as f64) * 1.1920928955078125e-7)) as f32 as f64
+        })
+        .collect();
+    let dy: Vec<f64> = (0..rows * k)
+        .map(|i| ((i * 5 % 11) as f64 - 5.0) * 0.125)
+        .collect();
+    let gamma: Vec<f64> = (0..k).map(|j| 0.5 + (j % 3) as f64 * 0.25).collect();
+    let beta: Vec<f64> = (0..k).map(|j| (j % 4) as f64 * 0.125 - 0.25).collect();
+    let mut bad = Vec::new();
+    for (op, affine, inputs) in [
+        (
+            LayerNorm,
+            WeightBias,
+            vec![("x", x.clone()), ("gamma", gamma.clone()), ("beta", beta)],
+        ),
+        (
+            LayerNormBackward,
+            WeightBias,
+            vec![
+                ("x", x.clone()),
+                ("dy", dy.clone()),
+                ("gamma", gamma.clone()),
+            ],
+        ),
+        (
+            RmsNormBackward,
+            Weight,
+            vec![
+                ("x", x.clone()),
+                ("dy", dy.clone()),
+                ("gamma", gamma.clone()),
+            ],
+        ),
+    ] {
+        let sc = case(
+            op,
+            FamilyLayout::Last,
+            &[rows, k],
+            Dtype::F32,
+            1,
+            affine,
+            RmsConvention::Standard,
+            0.0,
+            &inputs,
+        );
+        bad.extend(differs(&sc));
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
 /// Layout `last` decides whether the case is valid without building its grouping: the fast
 /// path answers exactly when `validate` passes, for cases broken one field at a time.
 #[test]

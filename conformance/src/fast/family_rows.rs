@@ -211,6 +211,23 @@ fn block<P: Prod>(
     let rstd_abs = rstd.hi.abs();
     let mean_abs = r.mean.hi.abs();
     let neg_mean = -r.mean;
+    // f32 outputs: first in plain f64 (Ziv's strategy, one level more; see `f64_stage`).
+    if f == FloatFormat::F32 && rstd_abs <= F64_STAGE_MAX_RSTD {
+        f64_stage(x, dy, w, r, out, err);
+        if err.contains(&0.0) {
+            for j in 0..n {
+                if err[j] == 0.0 {
+                    let (v, e) = cell_dd::<P>(x[j], dy.map(|d| d[j]), wh[j], wl[j], b[j], r);
+                    let (y, ok) = decides_f32(v, e);
+                    out[j] = y as f64;
+                    if !ok {
+                        undecided.push(j);
+                    }
+                }
+            }
+        }
+        return;
+    }
     match dy {
         None => {
             for j in 0..n {
@@ -296,6 +313,94 @@ fn block<P: Prod>(
                     None => undecided.push(j),
                 }
             }
+        }
+    }
+}
+
+/// Rows whose `rstd` is at most this (2^64) take [`f64_stage`] for f32 outputs.
+const F64_STAGE_MAX_RSTD: f64 = 18446744073709551616.0;
+
+/// The f32 outputs of a row from plain f64 arithmetic, each accepted only where the interval
+/// `v ± err` decides it (`decides_f32`); writes `out[j]` and `ok[j]` (1.0 where decided, 0.0
+/// where [`block`] must take the double-double). With `u = 2^-53`, `m`, `r`, `a`, `c`, `wh`
+/// the leading parts of `mean`, `rstd`, `A/K`, `C`, `w` (each within `(u + 2^-104)` relative
+/// of the exact constant; `w − wh = wl` within `u·|w|`):
+///
+/// - `y = fl(fl(fl(fl(x − m)·wh)·r) + b)`: six relative perturbations of at most `1.0001u`
+///   on the product term (`m`'s only on the `|mean|` part) and one rounding of the sum, so
+///   `|y − Y| ≤ 7.1u·(|w|·(|x| + |mean|)·rstd + |b|)`;
+/// - `dx = fl(fl(fl(fl(wh·dy) − a) − fl(fl(x − m)·c))·r)`: the inner sum is within
+///   `5.1u·(|w·dy| + |A/K| + (|x| + |mean|)·|C|)` (2.01u, 1.0001u and 4.02u on its terms and
+///   one rounding per subtraction), times `r` and its rounding `7.2u` of that times `rstd`.
+///
+/// The bound taken is `2^-49 = 16u` times the magnitudes computed from the leading parts
+/// (within a few `u` of the exact ones), plus `2^-1000`. Underflow: an f64 product below
+/// 2^-1022 is off by at most 2^-1075, and at most `rstd ≤ 2^64` times that after the
+/// multiplication by `r` (only rows with `rstd ≤ 2^64` come here), four of them below
+/// `2^-1000`. Overflow gives a non-finite value or bound, which `decides_f32` never accepts.
+#[inline(always)]
+fn f64_stage(
+    x: &[f64],
+    dy: Option<&[f64]>,
+    w: &RowWeights,
+    r: &RowDd,
+    out: &mut [f64],
+    ok: &mut [f64],
+) {
+    const REL: f64 = 1.7763568394002505e-15; // 2^-49
+    const FLOOR: f64 = 9.332636185032189e-302; // 2^-1000
+    let n = x.len();
+    let (wh, b, out, ok) = (&w.wh[..n], &w.b[..n], &mut out[..n], &mut ok[..n]);
+    let (m, rs) = (r.mean.hi, r.rstd.hi);
+    let (mean_abs, rstd_abs) = (m.abs(), rs.abs());
+    match dy {
+        None => {
+            for j in 0..n {
+                let v = ((x[j] - m) * wh[j]) * rs + b[j];
+                let e =
+                    (wh[j].abs() * (x[j].abs() + mean_abs) * rstd_abs + b[j].abs()) * REL + FLOOR;
+                let (y, good) = decides_f32(DD { hi: v, lo: 0.0 }, e);
+                out[j] = y as f64;
+                ok[j] = if good { 1.0 } else { 0.0 };
+            }
+        }
+        Some(dy) => {
+            let dy = &dy[..n];
+            let (a, c) = (r.a_k.hi, r.c.hi);
+            let (a_abs, c_abs) = (a.abs(), c.abs());
+            for j in 0..n {
+                let t = (wh[j] * dy[j] - a) - (x[j] - m) * c;
+                let v = t * rs;
+                let mag = wh[j].abs() * dy[j].abs() + a_abs + (x[j].abs() + mean_abs) * c_abs;
+                let e = mag * rstd_abs * REL + FLOOR;
+                let (y, good) = decides_f32(DD { hi: v, lo: 0.0 }, e);
+                out[j] = y as f64;
+                ok[j] = if good { 1.0 } else { 0.0 };
+            }
+        }
+    }
+}
+
+/// One cell in double-double and its bound: the arithmetic of [`block`]'s first pass.
+#[inline(always)]
+fn cell_dd<P: Prod>(x: f64, dy: Option<f64>, wh: f64, wl: f64, b: f64, r: &RowDd) -> (DD, f64) {
+    const REL: f64 = 5.048709793414476e-29; // 2^-94
+    const FLOOR: f64 = 9.332636185032189e-302; // 2^-1000
+    let wd = DD { hi: wh, lo: wl };
+    let rstd_abs = r.rstd.hi.abs();
+    let mean_abs = r.mean.hi.abs();
+    let d = DD::from_f64(x) + -r.mean;
+    match dy {
+        None => {
+            let v = d.mul_by::<P>(wd).mul_by::<P>(r.rstd).add_f64(b);
+            let err = (wh.abs() * (x.abs() + mean_abs) * rstd_abs + b.abs()) * REL + FLOOR;
+            (v, err)
+        }
+        Some(dy) => {
+            let t = wd.mul_f64_by::<P>(dy) + -r.a_k + (-d.mul_by::<P>(r.c));
+            let v = t.mul_by::<P>(r.rstd);
+            let mag = wh.abs() * dy.abs() + r.a_k.hi.abs() + (x.abs() + mean_abs) * r.c.hi.abs();
+            (v, mag * rstd_abs * REL + FLOOR)
         }
     }
 }
