@@ -4,7 +4,7 @@
 //!
 //! - [`RowBuckets`]: a row's exact sums `Σx`, `Σx²`, `Σ w·dy`, `Σ w·dy·x` of float32 data as
 //!   integer mantissa sums per exponent (one integer add per sum and element, as
-//!   [`super::acc::F32Buckets`], with the triple product `w·dy·x` too), moved into
+//!   [`super::acc::F32Buckets`], with the triple product `w·dy·x` too, in two lanes), moved into
 //!   superaccumulators at the end of the row;
 //! - [`block_best`]: a row's `y` or `dx` in double-double with its bound, without a branch,
 //!   then the decisions (AVX2 + FMA where the CPU has them);
@@ -13,7 +13,7 @@
 //! - [`DbetaPart`]: `dbeta`'s column sums in f64 with every addition checked exact (a column
 //!   where one was not is summed again exactly).
 
-use super::acc::{split_f32, SuperAcc, F32_BUCKET_PIECE};
+use super::acc::{split_f32, SuperAcc};
 use super::dd::{Fused, Portable, Prod, DD};
 use super::eval::{decide_f32, decide_f64, decides_f32, decides_f64};
 use super::round::round_via_f64;
@@ -32,16 +32,21 @@ pub(super) fn decide(v: DD, err: f64, f: FloatFormat) -> Option<f64> {
     }
 }
 
-/// Integer mantissa sums per exponent of one row of float32 data (up to
-/// [`F32_BUCKET_PIECE`] cells between flushes). With `x = ±mx·2^(ex−150)` (and so for `w`,
+/// Cells of a row between two flushes of [`RowBuckets`].
+const ROW_PIECE: usize = 1 << 15;
+
+/// Integer mantissa sums per exponent of one row of float32 data (up to [`ROW_PIECE`] =
+/// 2^15 cells between flushes), in two lanes (even and odd cells, so that runs of one
+/// exponent do not wait on each other's adds). With `x = ±mx·2^(ex−150)` (and so for `w`,
 /// `dy`; [`split_f32`]): `s1[ex] = Σ ±mx`, `s2[ex] = Σ mx²`, `a[ew + ed] = Σ ±mw·md`,
-/// `g[ew + ed + ex] = Σ ±mw·md·mx`. Bounds for 2^20 cells: `|s1| < 2^44`, `s2`, `|a| < 2^68`,
-/// `|g| < 2^92`, all within the superaccumulator's `add_scaled` (`< 2^106`).
+/// `g[ew + ed + ex] = Σ ±mw·md·mx`. Bounds for 2^15 cells: `|s1| < 2^39`, `s2`, `|a| < 2^63`
+/// (i64), `|g| < 2^87` (i128); the two lanes' sum is within the same bounds; all within the
+/// superaccumulator's `add_scaled` (`< 2^106`).
 pub(super) struct RowBuckets {
-    s1: Box<[i64; 256]>,
-    s2: Box<[i128; 256]>,
-    a: Box<[i128; 512]>,
-    g: Box<[i128; 768]>,
+    s1: Box<[[i64; 256]; 2]>,
+    s2: Box<[[i64; 256]; 2]>,
+    a: Box<[[i64; 512]; 2]>,
+    g: Box<[[i128; 768]; 2]>,
 }
 
 /// A row's exact sums: `Σx`, `Σx²`, and (backward) `Σ w·dy`, `Σ w·dy·x`.
@@ -56,10 +61,10 @@ pub(super) struct RowAccs {
 impl Default for RowBuckets {
     fn default() -> Self {
         RowBuckets {
-            s1: Box::new([0; 256]),
-            s2: Box::new([0; 256]),
-            a: Box::new([0; 512]),
-            g: Box::new([0; 768]),
+            s1: Box::new([[0; 256]; 2]),
+            s2: Box::new([[0; 256]; 2]),
+            a: Box::new([[0; 512]; 2]),
+            g: Box::new([[0; 768]; 2]),
         }
     }
 }
@@ -69,28 +74,30 @@ impl RowBuckets {
     /// float32: the caller checks), into fresh accumulators. The buckets are left empty.
     pub(super) fn row_sums(&mut self, x: &[f64], dw: Option<(&[f64], &[f64])>) -> RowAccs {
         let mut acc = RowAccs::default();
-        for start in (0..x.len()).step_by(F32_BUCKET_PIECE) {
-            let end = (start + F32_BUCKET_PIECE).min(x.len());
+        for start in (0..x.len()).step_by(ROW_PIECE) {
+            let end = (start + ROW_PIECE).min(x.len());
             let xs = &x[start..end];
             match dw {
                 None => {
-                    for &v in xs {
+                    for (j, &v) in xs.iter().enumerate() {
+                        let l = j & 1;
                         let (m, e) = split_f32((v as f32).to_bits());
-                        self.s1[e] += m;
-                        self.s2[e] += (m * m) as i128;
+                        self.s1[l][e] += m;
+                        self.s2[l][e] += m * m;
                     }
                 }
                 Some((dy, w)) => {
                     let (dy, w) = (&dy[start..end], &w[start..end]);
-                    for ((&v, &d), &wv) in xs.iter().zip(dy).zip(w) {
+                    for (j, ((&v, &d), &wv)) in xs.iter().zip(dy).zip(w).enumerate() {
+                        let l = j & 1;
                         let (m, e) = split_f32((v as f32).to_bits());
                         let (md, ed) = split_f32((d as f32).to_bits());
                         let (mw, ew) = split_f32((wv as f32).to_bits());
-                        self.s1[e] += m;
-                        self.s2[e] += (m * m) as i128;
+                        self.s1[l][e] += m;
+                        self.s2[l][e] += m * m;
                         let wd = mw * md; // |wd| < 2^48
-                        self.a[ew + ed] += wd as i128;
-                        self.g[ew + ed + e] += wd as i128 * m as i128;
+                        self.a[l][ew + ed] += wd;
+                        self.g[l][ew + ed + e] += wd as i128 * m as i128;
                     }
                 }
             }
@@ -101,20 +108,25 @@ impl RowBuckets {
 
     /// Move the sums into `acc` exactly (the scales of the struct docs) and clear them.
     fn flush(&mut self, acc: &mut RowAccs, dw: bool) {
+        let [s1a, s1b] = &mut *self.s1;
+        let [s2a, s2b] = &mut *self.s2;
         for e in 0..256 {
             let sc = e as i32 - 150;
-            acc.s1
-                .add_scaled(std::mem::take(&mut self.s1[e]) as i128, sc);
-            acc.s2.add_scaled(std::mem::take(&mut self.s2[e]), 2 * sc);
+            let v1 = std::mem::take(&mut s1a[e]) + std::mem::take(&mut s1b[e]);
+            let v2 = std::mem::take(&mut s2a[e]) + std::mem::take(&mut s2b[e]);
+            acc.s1.add_scaled(v1 as i128, sc);
+            acc.s2.add_scaled(v2 as i128, 2 * sc);
         }
         if dw {
+            let [aa, ab] = &mut *self.a;
             for e in 0..512 {
-                acc.a
-                    .add_scaled(std::mem::take(&mut self.a[e]), e as i32 - 300);
+                let v = std::mem::take(&mut aa[e]) + std::mem::take(&mut ab[e]);
+                acc.a.add_scaled(v as i128, e as i32 - 300);
             }
+            let [ga, gb] = &mut *self.g;
             for e in 0..768 {
-                acc.g
-                    .add_scaled(std::mem::take(&mut self.g[e]), e as i32 - 450);
+                let v = std::mem::take(&mut ga[e]) + std::mem::take(&mut gb[e]);
+                acc.g.add_scaled(v, e as i32 - 450);
             }
         }
     }
