@@ -334,6 +334,8 @@ fn last_outputs(
         Some(_) => (case.affine.has_weight(), case.affine.has_bias()),
         None => (false, false),
     };
+    // An f32 `dgamma` is summed in plain f64 first (see below).
+    let dg_f64 = param == FloatFormat::F32;
     let mut out = vec![0.0; x.len()];
     let items: Vec<Option<RowsItem>> = out
         .par_chunks_mut(ROWS_PER_ITEM * k)
@@ -377,7 +379,11 @@ fn last_outputs(
                     ob[j] = exact_cell(&row, xr[j], dr.map(|d| d[j]), w, j, act);
                 }
                 if let (Some(dg), Some(d)) = (&mut item.dgamma, dr) {
-                    dg.add_row(xr, d, rd.mean, rd.rstd);
+                    if dg_f64 {
+                        dg.add_row_f64(xr, d, rd.mean, rd.rstd);
+                    } else {
+                        dg.add_row(xr, d, rd.mean, rd.rstd);
+                    }
                 }
                 if let (Some(db), Some(d)) = (&mut item.dbeta, dr) {
                     db.add_row(d);
@@ -406,20 +412,48 @@ fn last_outputs(
     if want_dg {
         let mut total = DgammaPart::new(k);
         for it in &items {
-            total.merge(it.dgamma.as_ref().expect("a dgamma part per item"));
+            let part = it.dgamma.as_ref().expect("a dgamma part per item");
+            if dg_f64 {
+                total.merge_f64(part);
+            } else {
+                total.merge(part);
+            }
         }
         let rows: Vec<&Row> = items.iter().flat_map(|it| &it.rows).collect();
         let dg = (0..k)
             .into_par_iter()
             .map(|p| {
-                let sum = DD {
-                    hi: total.hi[p],
-                    lo: total.lo[p],
+                if dg_f64 {
+                    // The f64 sum of `n` terms, each within 5.01u of its magnitude, in any
+                    // order: within `(n − 1)·u·(1 + nu)` of the terms' magnitudes more; the
+                    // f64 sum of the magnitudes is within `(n + 4)·u` relative of theirs
+                    // (`n < 2^40`: the factor 1.001 covers both). Underflow: a term below
+                    // 2^-1022 (only its last product can be) is off by at most 2^-1075, and a
+                    // subnormal sum is exact: `(n + 1)·2^-1000` covers them.
+                    let n = total.n as f64;
+                    let err = (n + 8.0) * 1.1102230246251565e-16 * total.mag[p] * 1.001
+                        + (n + 1.0) * 9.332636185032189e-302;
+                    let v = DD {
+                        hi: total.hi[p],
+                        lo: 0.0,
+                    };
+                    if let Some(y) = decide(v, err, param) {
+                        return y;
+                    }
+                }
+                let (sum, mag) = if dg_f64 {
+                    // The generic path's double-double of this column (same order).
+                    dgamma_column_dd(&rows, x, dy, k, p)
+                } else {
+                    let sum = DD {
+                        hi: total.hi[p],
+                        lo: total.lo[p],
+                    };
+                    (sum, total.mag[p])
                 };
                 // The bound of `dgamma_sums` (module docs, step 4).
-                let err =
-                    (total.n as f64 + 64.0) * 3.155443620884047e-30 * total.mag[p] * (1.0 + 1e-10)
-                        + 9.332636185032189e-302;
+                let err = (total.n as f64 + 64.0) * 3.155443620884047e-30 * mag * (1.0 + 1e-10)
+                    + 9.332636185032189e-302;
                 decide(sum, err, param).unwrap_or_else(|| {
                     fallbacks.fetch_add(1, Ordering::Relaxed);
                     dgamma_roots_last(&rows, x, dy, k, p).round(param).to_f64()
@@ -452,6 +486,27 @@ fn last_outputs(
         res.insert("dbeta", db);
     }
     Some(res)
+}
+
+/// `dgamma_p`'s double-double and sum of magnitudes for layout `last` as
+/// [`DgammaPart::add_row`] and [`DgammaPart::merge`] form them (rows in chunks of
+/// [`ROWS_PER_ITEM`], the chunks' sums added in order; the same operations, so the same
+/// values).
+fn dgamma_column_dd(rows: &[&Row], x: &[f64], dy: &[f64], k: usize, p: usize) -> (DD, f64) {
+    let (mut sum, mut mag) = (DD::default(), 0.0);
+    for (ci, chunk) in rows.chunks(ROWS_PER_ITEM).enumerate() {
+        let (mut s, mut m) = (DD::default(), 0.0);
+        for (ri, r) in chunk.iter().enumerate() {
+            let i = (ci * ROWS_PER_ITEM + ri) * k + p;
+            let d = DD::from_f64(x[i]) + (-r.mean_dd);
+            let t = (d * DD::from_f64(dy[i])) * r.rstd_dd;
+            s = s + t;
+            m += dy[i].abs() * (x[i].abs() + r.mean_dd.hi.abs()) * r.rstd_dd.hi.abs();
+        }
+        sum = sum + s;
+        mag += m;
+    }
+    (sum, mag)
 }
 
 /// [`dgamma_roots`] for layout `last`: cell `r·K + p` of each row `r`.

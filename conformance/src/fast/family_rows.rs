@@ -477,6 +477,33 @@ impl DgammaPart {
         self.n += 1;
     }
 
+    /// Add one row's terms in plain f64 (the sums of an f32 `dgamma`; [`DgammaPart::merge_f64`]
+    /// merges them and `lo` stays 0): each term `fl(fl(fl(x − m)·dy)·r)` with `m`, `r` the
+    /// leading parts of `mean`, `rstd`, within `5.01u` (`u = 2^-53`) of its magnitude
+    /// `|dy|·(|x| + |mean|)·rstd` (five perturbations of at most `1.0001u`), `mag` as in
+    /// [`DgammaPart::add_row`].
+    pub(super) fn add_row_f64(&mut self, x: &[f64], dy: &[f64], mean: DD, rstd: DD) {
+        let n = self.hi.len();
+        let (x, dy) = (&x[..n], &dy[..n]);
+        let (hi, mag) = (&mut self.hi[..n], &mut self.mag[..n]);
+        let (m, r) = (mean.hi, rstd.hi);
+        let (mean_abs, rstd_abs) = (m.abs(), r.abs());
+        for j in 0..n {
+            hi[j] += ((x[j] - m) * dy[j]) * r;
+            mag[j] += dy[j].abs() * (x[j].abs() + mean_abs) * rstd_abs;
+        }
+        self.n += 1;
+    }
+
+    /// Add another chunk's f64 sums ([`DgammaPart::add_row_f64`]).
+    pub(super) fn merge_f64(&mut self, o: &DgammaPart) {
+        for j in 0..self.hi.len() {
+            self.hi[j] += o.hi[j];
+            self.mag[j] += o.mag[j];
+        }
+        self.n += o.n;
+    }
+
     /// Add another chunk's sums (the later rows), as the generic path merges its chunks.
     pub(super) fn merge(&mut self, o: &DgammaPart) {
         for j in 0..self.hi.len() {
