@@ -441,6 +441,215 @@ fn long_rows_of_float32_data_take_the_exact_paths_answer() {
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 
+/// Layout `last` takes its own path (rows in chunks of 64, row sums through float32 buckets
+/// with the triple product `w·dy·x`, `dgamma` and `dbeta` summed per column): more rows than
+/// one chunk (and not a multiple of it), rows of 64+ cells and shorter ones, two normalized
+/// axes, f32 and f64 data, the offset convention, and `dy` columns whose f64 sum is not exact
+/// (values 2^60 apart: `dbeta` summed again exactly), bit for bit the exact path.
+#[test]
+fn rows_of_layout_last_in_chunks_take_the_exact_paths_answer() {
+    use Affine::*;
+    use FamilyOp::*;
+    let mut s: u64 = 0x0bad_cafe_1234_5677;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+    };
+    let mut bad = Vec::new();
+    for dtype in [Dtype::F32, Dtype::F64] {
+        let r = |v: f64| match dtype {
+            Dtype::F32 => v as f32 as f64,
+            _ => v,
+        };
+        for (rows, shape_k, nd) in [(131, vec![70], 1), (70, vec![5, 7], 2), (3, vec![2], 1)] {
+            let k: usize = shape_k.iter().product();
+            let mut shape = vec![rows];
+            shape.extend(&shape_k);
+            let x: Vec<f64> = (0..rows * k)
+                .map(|i| r(3.0 * (i / k % 5) as f64 + next()))
+                .collect();
+            // Column 1 mixes 2^30 and 2^-30: its f64 sum rounds.
+            let dy: Vec<f64> = (0..rows * k)
+                .map(|i| match (i % k, i / k % 3) {
+                    (1, 0) => r(1073741824.0),
+                    (1, 1) => r(-9.313225746154785e-10),
+                    _ => r(next()),
+                })
+                .collect();
+            let gamma: Vec<f64> = (0..k).map(|_| r(1.0 + 0.5 * next())).collect();
+            let beta: Vec<f64> = (0..k).map(|_| r(0.25 * next())).collect();
+            let fwd_lb = vec![
+                ("x", x.clone()),
+                ("gamma", gamma.clone()),
+                ("beta", beta.clone()),
+            ];
+            let bwd_w = vec![
+                ("x", x.clone()),
+                ("dy", dy.clone()),
+                ("gamma", gamma.clone()),
+            ];
+            let fwd_w = vec![("x", x.clone()), ("gamma", gamma.clone())];
+            for (op, affine, conv, inputs) in [
+                (LayerNorm, WeightBias, RmsConvention::Standard, &fwd_lb),
+                (
+                    LayerNormBackward,
+                    WeightBias,
+                    RmsConvention::Standard,
+                    &bwd_w,
+                ),
+                (RmsNorm, Weight, RmsConvention::Standard, &fwd_w),
+                (RmsNormBackward, Weight, RmsConvention::Standard, &bwd_w),
+                (RmsNorm, Weight, RmsConvention::Offset, &fwd_w),
+                (RmsNormBackward, Weight, RmsConvention::Offset, &bwd_w),
+            ] {
+                let sc = case(
+                    op,
+                    FamilyLayout::Last,
+                    &shape,
+                    dtype,
+                    nd,
+                    affine,
+                    conv,
+                    1e-5,
+                    inputs,
+                );
+                bad.extend(differs(&sc));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// f32 outputs of layout `last` are first tried in plain f64 (with a wider bound), rows of
+/// `rstd` above 2^64 (here about 2^84: values 2^-60 apart by 2^-83, `eps = 0`) straight in
+/// double-double: both bit for bit the exact path, forward and backward.
+#[test]
+fn rows_of_tiny_spread_take_the_exact_paths_answer() {
+    use Affine::*;
+    use FamilyOp::*;
+    let (rows, k) = (3, 80);
+    let x: Vec<f64> = (0..rows * k)
+        .map(|i| {
+            let base = if i / k == 1 {
+                1.0
+            } else {
+                8.673617379884035e-19
+            }; // 2^-60
+            (base * (1.0 + ((i * 7 % 13) as f64) * 1.1920928955078125e-7)) as f32 as f64
+        })
+        .collect();
+    let dy: Vec<f64> = (0..rows * k)
+        .map(|i| ((i * 5 % 11) as f64 - 5.0) * 0.125)
+        .collect();
+    let gamma: Vec<f64> = (0..k).map(|j| 0.5 + (j % 3) as f64 * 0.25).collect();
+    let beta: Vec<f64> = (0..k).map(|j| (j % 4) as f64 * 0.125 - 0.25).collect();
+    let mut bad = Vec::new();
+    for (op, affine, inputs) in [
+        (
+            LayerNorm,
+            WeightBias,
+            vec![("x", x.clone()), ("gamma", gamma.clone()), ("beta", beta)],
+        ),
+        (
+            LayerNormBackward,
+            WeightBias,
+            vec![
+                ("x", x.clone()),
+                ("dy", dy.clone()),
+                ("gamma", gamma.clone()),
+            ],
+        ),
+        (
+            RmsNormBackward,
+            Weight,
+            vec![
+                ("x", x.clone()),
+                ("dy", dy.clone()),
+                ("gamma", gamma.clone()),
+            ],
+        ),
+    ] {
+        let sc = case(
+            op,
+            FamilyLayout::Last,
+            &[rows, k],
+            Dtype::F32,
+            1,
+            affine,
+            RmsConvention::Standard,
+            0.0,
+            &inputs,
+        );
+        bad.extend(differs(&sc));
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// Layout `last` decides whether the case is valid without building its grouping: the fast
+/// path answers exactly when `validate` passes, for cases broken one field at a time.
+#[test]
+fn layout_last_fast_path_answers_exactly_for_valid_cases() {
+    let (rows, k) = (4, 3);
+    let x: Vec<f64> = (0..rows * k).map(|i| (i * i % 7) as f64 - 2.5).collect();
+    let dy: Vec<f64> = (0..rows * k).map(|i| (i % 5) as f64 - 1.0).collect();
+    let base = case(
+        FamilyOp::LayerNormBackward,
+        FamilyLayout::Last,
+        &[rows, k],
+        Dtype::F64,
+        1,
+        Affine::WeightBias,
+        RmsConvention::Standard,
+        1e-5,
+        &[
+            ("x", x.clone()),
+            ("dy", dy.clone()),
+            ("gamma", vec![1.0, 2.0, 0.5]),
+        ],
+    )
+    .case;
+    type Edit = fn(&mut FamilyCase);
+    let edits: [(&str, Edit); 16] = [
+        ("none", |_| {}),
+        ("x short", |c| {
+            c.inputs.get_mut("x").unwrap().pop();
+        }),
+        ("dy long", |c| c.inputs.get_mut("dy").unwrap().push(1.0)),
+        ("gamma short", |c| {
+            c.inputs.get_mut("gamma").unwrap().pop();
+        }),
+        ("no dy", |c| {
+            c.inputs.remove("dy");
+        }),
+        ("extra beta", |c| {
+            c.inputs.insert("beta".into(), vec![0.0; 3]);
+        }),
+        ("extra y", |c| {
+            c.inputs.insert("y".into(), vec![0.0; 12]);
+        }),
+        ("batch 0", |c| c.shape = vec![0, 3]),
+        ("rows 2 of 6", |c| c.shape = vec![2, 6]),
+        ("three axes", |c| c.shape = vec![2, 2, 3]),
+        ("two normalized", |c| {
+            c.shape = vec![4, 1, 3];
+            c.normalized_ndim = Some(2);
+        }),
+        ("ndim 0", |c| c.normalized_ndim = Some(0)),
+        ("ndim 2 of rank 2", |c| c.normalized_ndim = Some(2)),
+        ("groups", |c| c.groups = Some(1)),
+        ("eps < 0", |c| c.eps = -1.0),
+        ("nchw", |c| c.layout = FamilyLayout::Nchw),
+    ];
+    for (what, edit) in edits {
+        let mut c = base.clone();
+        edit(&mut c);
+        let valid = c.validate().is_ok();
+        assert_eq!(family_fast(&c).is_some(), valid, "{what}: valid {valid}");
+    }
+}
+
 /// `bnconf bench --family` runs the family table on a small shape (numpy skipped) and names
 /// `--family-shape` when it is not `ROWS,K`.
 #[test]

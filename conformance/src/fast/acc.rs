@@ -8,8 +8,9 @@
 //! must be normalised (carry-propagated), which [`SuperAcc::add`] does by itself. The sum is
 //! exact whatever the order of the additions, so splitting work across threads cannot change it.
 
-use bnconf_spec::exact::{mul_pow2, Rational};
+use bnconf_spec::exact::Rational;
 use num_bigint::{BigInt, BigUint, Sign};
+use num_traits::{One, Zero};
 
 /// Exponent of the least significant bit the accumulator can hold (products of two subnormals).
 const EMIN: i32 = -2148;
@@ -170,8 +171,17 @@ impl SuperAcc {
         self.count = 2;
     }
 
-    /// The exact sum as a rational.
-    pub fn to_rational(&self) -> Rational {
+    /// The exact sum as `(n, e)`, value `n·2^e`, with `n` odd (or `(0, 0)`).
+    pub fn to_dyadic(&self) -> (BigInt, i64) {
+        let v = self.to_integer();
+        match v.trailing_zeros() {
+            None => (v, 0),
+            Some(t) => (v >> t, t as i64 + EMIN as i64),
+        }
+    }
+
+    /// The exact sum over `2^EMIN`, an integer.
+    fn to_integer(&self) -> BigInt {
         let mut digits = Vec::with_capacity(LIMBS);
         let mut carry: i128 = 0;
         for &l in self.limbs.iter() {
@@ -180,8 +190,24 @@ impl SuperAcc {
             carry = t >> 32;
         }
         let mag = BigInt::from_biguint(Sign::Plus, BigUint::new(digits));
-        let v = mag + (BigInt::from(carry) << (32 * LIMBS));
-        mul_pow2(&Rational::from_integer(v), EMIN as i64)
+        mag + (BigInt::from(carry) << (32 * LIMBS))
+    }
+
+    /// The exact sum as a rational.
+    pub fn to_rational(&self) -> Rational {
+        let v = self.to_integer();
+        // `v·2^EMIN` in lowest terms without a gcd: the denominator is a power of two, so the
+        // reduced fraction is `(v >> t) / 2^(-EMIN - t)` with `t` the trailing zeros of `v`
+        // (an integer when `t ≥ -EMIN`). The same rational as `mul_pow2`'s.
+        let Some(t) = v.trailing_zeros() else {
+            return Rational::zero();
+        };
+        let sh = (-EMIN) as u64;
+        if t >= sh {
+            Rational::from_integer(v >> sh)
+        } else {
+            Rational::new_raw(v >> t, BigInt::one() << (sh - t))
+        }
     }
 }
 
@@ -280,6 +306,7 @@ pub fn exact_dot(a: &[f64], b: Option<&[f64]>) -> Rational {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bnconf_spec::exact::mul_pow2;
     use bnconf_spec::exact::round::f64_to_rational;
 
     #[test]
@@ -311,6 +338,11 @@ mod tests {
         }
         assert_eq!(a.to_rational(), s);
         assert_eq!(p.to_rational(), sp);
+        for acc in [&a, &p, &SuperAcc::new()] {
+            let (n, e) = acc.to_dyadic();
+            assert!(n.is_zero() && e == 0 || n.trailing_zeros() == Some(0));
+            assert_eq!(mul_pow2(&Rational::from_integer(n), e), acc.to_rational());
+        }
         let mut m = SuperAcc::new();
         m.merge(&a);
         m.merge(&p);

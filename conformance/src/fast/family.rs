@@ -22,20 +22,29 @@
 //!    summation order), and where that does not decide, the exact sum of roots
 //!    (`SumOfRoots`) is built and rounded.
 //!
+//! Layout `last` (layer_norm, rms_norm) takes its own path (`fast::family_rows`): no
+//! grouping is built (the rows are contiguous, a cell's parameter its position); chunks of 64
+//! rows run in parallel, each row's sums, constants, outputs and `dgamma`/`dbeta` terms while
+//! it is in cache; `dbeta` is summed per column in f64 with every addition checked exact
+//! (two-sum), the column summed again exactly where one was not.
+//!
 //! Rows run in parallel; every value is correctly rounded, so the result does not depend on
 //! the thread count. The fast path declines (returns `None`: use the exact path) for inputs
 //! outside `[2^-400, 2^400]` in magnitude (exact products could underflow) and for `q ≤ 0`.
 
 use super::acc::{F32Buckets, SuperAcc, F32_BUCKET_PIECE};
 use super::dd::{dd_div_sqrt, dd_of_rational, Fused, Portable, Prod, DD};
-use super::eval::{decide_f32, decide_f64};
-use super::round::round_via_f64;
+use super::family_rows::{
+    block_best, decide, DbetaPart, DgammaPart, RowBuckets, RowDd, RowWeights, Scratch,
+};
 use crate::par::*;
-use bnconf_impl::family::{FamilyCase, Grouping, RmsConvention};
+use bnconf_impl::family::vocab::is_family_activation;
+use bnconf_impl::family::{FamilyCase, FamilyLayout, Grouping, RmsConvention};
 use bnconf_spec::exact::roots::SumOfRoots;
 use bnconf_spec::exact::round::{f64_to_rational, round, FloatFormat};
 use bnconf_spec::exact::{QSqrt, Rational};
-use num_traits::{Signed, Zero};
+use num_bigint::BigInt;
+use num_traits::{One, Signed, Zero};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -99,16 +108,24 @@ struct Row {
     c_dd: DD,
 }
 
-/// The correctly rounded value (as f64) of `v ± err` in `f`, if the interval decides it.
-#[inline]
-fn decide(v: DD, err: f64, f: FloatFormat) -> Option<f64> {
-    match f {
-        FloatFormat::F64 => decide_f64(v, err),
-        FloatFormat::F32 => decide_f32(v, err).map(|x| x as f64),
-        _ => {
-            let r = decide_f64(v, err)?;
-            round_via_f64(r, f).map(|r| r.to_f64())
+impl Row {
+    fn dd(&self) -> RowDd {
+        RowDd {
+            mean: self.mean_dd,
+            rstd: self.rstd_dd,
+            a_k: self.a_k_dd,
+            c: self.c_dd,
         }
+    }
+}
+
+/// A row's weights and biases by position (layout `last`, `k` parameters).
+fn row_weights(w: Weights, k: usize) -> RowWeights {
+    let dd: Vec<DD> = (0..k).map(|p| w.dd(p)).collect();
+    RowWeights {
+        wh: dd.iter().map(|d| d.hi).collect(),
+        wl: dd.iter().map(|d| d.lo).collect(),
+        b: (0..k).map(|p| w.beta.map_or(0.0, |b| b[p])).collect(),
     }
 }
 
@@ -152,6 +169,9 @@ fn fast_outputs(
     param: FloatFormat,
     fallbacks: &AtomicU64,
 ) -> Option<BTreeMap<&'static str, Vec<f64>>> {
+    if let Some(k) = last_row_len(case) {
+        return last_outputs(case, k, eps, act, param, fallbacks);
+    }
     let grouping = case.validate().ok()?;
     let x = case.inputs.get("x")?.as_slice();
     let dy = case.inputs.get("dy").map(|v| v.as_slice());
@@ -204,6 +224,304 @@ fn fast_outputs(
     Some(out)
 }
 
+/// `Some(K)` exactly when `case` is of layout `last` and `case.validate()` passes, decided
+/// without building its grouping (2 × 8 bytes per cell): row `r` is then cells `r·K … r·K +
+/// K − 1` and cell `r·K + j` uses parameter `j` (`Grouping::last`). What `validate` checks
+/// depends on the batch extents and on the lengths of `x`, `dy` only through the cell count
+/// (no extent 0, no overflow) and those lengths equalling it; both are checked here, and the
+/// rest by validating a probe with every batch extent 1 and `x`, `dy` cut to one row, which
+/// passes exactly when the case's other checks do.
+fn last_row_len(case: &FamilyCase) -> Option<usize> {
+    if case.layout != FamilyLayout::Last {
+        return None;
+    }
+    let nd = case.normalized_ndim?;
+    if !(1..=3).contains(&nd) || case.shape.len() <= nd {
+        return None;
+    }
+    let n = case.shape.iter().try_fold(1usize, |a, &d| match d {
+        0 => None,
+        d => a.checked_mul(d),
+    })?;
+    let batch = case.shape.len() - nd;
+    let k: usize = case.shape[batch..].iter().product();
+    let mut inputs = BTreeMap::new();
+    for (name, v) in &case.inputs {
+        let v = if is_family_activation(name) {
+            if v.len() != n {
+                return None;
+            }
+            v[..k].to_vec()
+        } else {
+            v.clone()
+        };
+        inputs.insert(name.clone(), v);
+    }
+    let mut shape = vec![1; batch];
+    shape.extend_from_slice(&case.shape[batch..]);
+    let probe = FamilyCase {
+        op: case.op,
+        layout: case.layout,
+        shape,
+        dtype: case.dtype,
+        param_dtype: case.param_dtype,
+        eps: case.eps,
+        normalized_ndim: case.normalized_ndim,
+        groups: case.groups,
+        affine: case.affine,
+        convention: case.convention,
+        inputs,
+    };
+    probe.validate().ok().map(|_| k)
+}
+
+/// Rows per parallel work item of the `last` path (and per partial sum of `dgamma`, as the
+/// generic path's `dgamma_sums`).
+const ROWS_PER_ITEM: usize = 64;
+
+/// What one work item of [`last_outputs`] gives: its rows' constants and its partial sums
+/// of `dgamma` and `dbeta`.
+struct RowsItem {
+    rows: Vec<Row>,
+    dgamma: Option<DgammaPart>,
+    dbeta: Option<DbetaPart>,
+}
+
+/// Whether every value is 0 or within `[2^-400, 2^400]` in magnitude (as [`in_range`]), and
+/// whether every value is a float32; no branch.
+fn range_and_f32(v: &[f64]) -> (bool, bool) {
+    let (mut ok, mut f32s) = (true, true);
+    for &e in v {
+        let a = e.abs();
+        ok &= (e == 0.0) | ((a > 3.8e-121) & (a < 2.5e120));
+        f32s &= (e as f32) as f64 == e;
+    }
+    (ok, f32s)
+}
+
+/// [`fast_outputs`] for layout `last` (rows of `k` cells, parameter = position; see
+/// [`last_row_len`]): per chunk of [`ROWS_PER_ITEM`] rows, in parallel, each row's exact sums
+/// (float32 rows of 64+ cells through [`RowBuckets`]), constants, cell outputs (the block
+/// kernel) and its terms of `dgamma` and `dbeta`, while the row is in cache; the outputs are
+/// those of the generic path, bit for bit (the same constants, arithmetic and bounds; every
+/// value correctly rounded).
+fn last_outputs(
+    case: &FamilyCase,
+    k: usize,
+    eps: &Rational,
+    act: FloatFormat,
+    param: FloatFormat,
+    fallbacks: &AtomicU64,
+) -> Option<BTreeMap<&'static str, Vec<f64>>> {
+    let x = case.inputs.get("x")?.as_slice();
+    let dy = case.inputs.get("dy").map(|v| v.as_slice());
+    let gamma = case.inputs.get("gamma").map(|v| v.as_slice());
+    let beta = case.inputs.get("beta").map(|v| v.as_slice());
+    if !gamma.is_none_or(in_range) || !beta.is_none_or(in_range) {
+        return None;
+    }
+    let centred = case.op.centered();
+    let w = Weights {
+        gamma,
+        offset: case.convention == RmsConvention::Offset,
+        beta,
+    };
+    let wts = row_weights(w, k);
+    // The weights as float32 for the buckets (1 without gamma), when they are.
+    let w_f32 = !w.offset && gamma.is_none_or(|g| range_and_f32(g).1);
+    let w_row: Vec<f64> = gamma.map_or_else(|| vec![1.0; k], |g| g.to_vec());
+    let (want_dg, want_db) = match dy {
+        Some(_) => (case.affine.has_weight(), case.affine.has_bias()),
+        None => (false, false),
+    };
+    // An f32 `dgamma` is summed in plain f64 first (see below).
+    let dg_f64 = param == FloatFormat::F32;
+    let mut out = vec![0.0; x.len()];
+    let items: Vec<Option<RowsItem>> = out
+        .par_chunks_mut(ROWS_PER_ITEM * k)
+        .enumerate()
+        .map(|(ci, obuf)| {
+            let mut bk = RowBuckets::default();
+            let (mut scratch, mut undecided) = (Scratch::default(), Vec::new());
+            let mut item = RowsItem {
+                rows: Vec::with_capacity(ROWS_PER_ITEM),
+                dgamma: want_dg.then(|| DgammaPart::new(k)),
+                dbeta: want_db.then(|| DbetaPart::new(k)),
+            };
+            for (ri, ob) in obuf.chunks_mut(k).enumerate() {
+                let r0 = (ci * ROWS_PER_ITEM + ri) * k;
+                let xr = &x[r0..r0 + k];
+                let dr = dy.map(|d| &d[r0..r0 + k]);
+                let (x_ok, x_f32) = range_and_f32(xr);
+                let (d_ok, d_f32) = dr.map_or((true, true), range_and_f32);
+                if !(x_ok && d_ok) {
+                    return None;
+                }
+                let (s1, s2, dy_sums) = if x_f32 && d_f32 && w_f32 && k >= 64 {
+                    let acc = bk.row_sums(xr, dr.map(|d| (d, &w_row[..])));
+                    let dy_sums = dr.map(|_| (acc.a.to_dyadic(), acc.g.to_dyadic()));
+                    (acc.s1.to_dyadic(), acc.s2.to_dyadic(), dy_sums)
+                } else {
+                    let (mut s1, mut s2) = (SuperAcc::new(), SuperAcc::new());
+                    for &v in xr {
+                        s1.add(v);
+                        s2.add_product(v, v);
+                    }
+                    let dy_sums = dr.map(|d| row_dy_sums((0..k).map(|j| (j, j)), xr, d, w));
+                    (s1.to_dyadic(), s2.to_dyadic(), dy_sums)
+                };
+                let row = row_of_sums(&s1, &s2, dy_sums, k, centred, eps)?;
+                let rd = row.dd();
+                undecided.clear();
+                block_best(xr, dr, &wts, &rd, act, ob, &mut scratch, &mut undecided);
+                for &j in &undecided {
+                    fallbacks.fetch_add(1, Ordering::Relaxed);
+                    ob[j] = exact_cell(&row, xr[j], dr.map(|d| d[j]), w, j, act);
+                }
+                if let (Some(dg), Some(d)) = (&mut item.dgamma, dr) {
+                    if dg_f64 {
+                        dg.add_row_f64(xr, d, rd.mean, rd.rstd);
+                    } else {
+                        dg.add_row(xr, d, rd.mean, rd.rstd);
+                    }
+                }
+                if let (Some(db), Some(d)) = (&mut item.dbeta, dr) {
+                    db.add_row(d);
+                }
+                item.rows.push(row);
+            }
+            Some(item)
+        })
+        .collect();
+    let items: Vec<RowsItem> = items.into_iter().collect::<Option<_>>()?;
+    let mut res = BTreeMap::new();
+    let Some(dy) = dy else {
+        let rows: Vec<&Row> = items.iter().flat_map(|it| &it.rows).collect();
+        res.insert("y", out);
+        if centred {
+            let mean = rows
+                .par_iter()
+                .map(|r| round_q(&QSqrt::rational(r.mean.clone()), param));
+            res.insert("mean", mean.collect());
+        }
+        let rstd = rows.par_iter().map(|r| round_q(&rstd_exact(&r.q), param));
+        res.insert("rstd", rstd.collect());
+        return Some(res);
+    };
+    res.insert("dx", out);
+    if want_dg {
+        let mut total = DgammaPart::new(k);
+        for it in &items {
+            let part = it.dgamma.as_ref().expect("a dgamma part per item");
+            if dg_f64 {
+                total.merge_f64(part);
+            } else {
+                total.merge(part);
+            }
+        }
+        let rows: Vec<&Row> = items.iter().flat_map(|it| &it.rows).collect();
+        let dg = (0..k)
+            .into_par_iter()
+            .map(|p| {
+                if dg_f64 {
+                    // The f64 sum of `n` terms, each within 5.01u of its magnitude, in any
+                    // order: within `(n − 1)·u·(1 + nu)` of the terms' magnitudes more; the
+                    // f64 sum of the magnitudes is within `(n + 4)·u` relative of theirs
+                    // (`n < 2^40`: the factor 1.001 covers both). Underflow: a term below
+                    // 2^-1022 (only its last product can be) is off by at most 2^-1075, and a
+                    // subnormal sum is exact: `(n + 1)·2^-1000` covers them.
+                    let n = total.n as f64;
+                    let err = (n + 8.0) * 1.1102230246251565e-16 * total.mag[p] * 1.001
+                        + (n + 1.0) * 9.332636185032189e-302;
+                    let v = DD {
+                        hi: total.hi[p],
+                        lo: 0.0,
+                    };
+                    if let Some(y) = decide(v, err, param) {
+                        return y;
+                    }
+                }
+                let (sum, mag) = if dg_f64 {
+                    // The generic path's double-double of this column (same order).
+                    dgamma_column_dd(&rows, x, dy, k, p)
+                } else {
+                    let sum = DD {
+                        hi: total.hi[p],
+                        lo: total.lo[p],
+                    };
+                    (sum, total.mag[p])
+                };
+                // The bound of `dgamma_sums` (module docs, step 4).
+                let err = (total.n as f64 + 64.0) * 3.155443620884047e-30 * mag * (1.0 + 1e-10)
+                    + 9.332636185032189e-302;
+                decide(sum, err, param).unwrap_or_else(|| {
+                    fallbacks.fetch_add(1, Ordering::Relaxed);
+                    dgamma_roots_last(&rows, x, dy, k, p).round(param).to_f64()
+                })
+            })
+            .collect();
+        res.insert("dgamma", dg);
+    }
+    if want_db {
+        let mut total = DbetaPart::new(k);
+        for it in &items {
+            total.merge(it.dbeta.as_ref().expect("a dbeta part per item"));
+        }
+        let db = (0..k)
+            .into_par_iter()
+            .map(|p| {
+                let exact = if total.inexact[p] == 0.0 {
+                    // Every addition exact: the f64 sum is the exact one.
+                    rat(total.sum[p])
+                } else {
+                    let mut a = SuperAcc::new();
+                    for v in dy.iter().skip(p).step_by(k) {
+                        a.add(*v);
+                    }
+                    a.to_rational()
+                };
+                round_q(&QSqrt::rational(exact), param)
+            })
+            .collect();
+        res.insert("dbeta", db);
+    }
+    Some(res)
+}
+
+/// `dgamma_p`'s double-double and sum of magnitudes for layout `last` as
+/// [`DgammaPart::add_row`] and [`DgammaPart::merge`] form them (rows in chunks of
+/// [`ROWS_PER_ITEM`], the chunks' sums added in order; the same operations, so the same
+/// values).
+fn dgamma_column_dd(rows: &[&Row], x: &[f64], dy: &[f64], k: usize, p: usize) -> (DD, f64) {
+    let (mut sum, mut mag) = (DD::default(), 0.0);
+    for (ci, chunk) in rows.chunks(ROWS_PER_ITEM).enumerate() {
+        let (mut s, mut m) = (DD::default(), 0.0);
+        for (ri, r) in chunk.iter().enumerate() {
+            let i = (ci * ROWS_PER_ITEM + ri) * k + p;
+            let d = DD::from_f64(x[i]) + (-r.mean_dd);
+            let t = (d * DD::from_f64(dy[i])) * r.rstd_dd;
+            s = s + t;
+            m += dy[i].abs() * (x[i].abs() + r.mean_dd.hi.abs()) * r.rstd_dd.hi.abs();
+        }
+        sum = sum + s;
+        mag += m;
+    }
+    (sum, mag)
+}
+
+/// [`dgamma_roots`] for layout `last`: cell `r·K + p` of each row `r`.
+fn dgamma_roots_last(rows: &[&Row], x: &[f64], dy: &[f64], k: usize, p: usize) -> SumOfRoots {
+    let mut terms = Vec::new();
+    for (r, row) in rows.iter().enumerate() {
+        let i = r * k + p;
+        let e = rat(dy[i]) * (rat(x[i]) - &row.mean);
+        if !e.is_zero() {
+            terms.push((e / &row.q, row.q.clone()));
+        }
+    }
+    SumOfRoots::from_terms(Rational::zero(), terms)
+}
+
 /// `1/sqrt(q) = (1/q)·sqrt(q)`.
 fn rstd_exact(q: &Rational) -> QSqrt {
     QSqrt::new(Rational::zero(), q.recip(), q.clone())
@@ -228,7 +546,6 @@ fn row_constants(
         .groups()
         .par_iter()
         .map(|cells| {
-            let k = Rational::from_integer((cells.len() as i64).into());
             let bucketed = buckets && cells.len() >= 64;
             let (s1, s2) = if bucketed {
                 let mut bk = F32Buckets::new();
@@ -240,28 +557,17 @@ fn row_constants(
                     }
                 }
                 flush(&mut bk, &mut acc);
-                (acc[0].to_rational(), acc[1].to_rational())
+                (acc[0].to_dyadic(), acc[1].to_dyadic())
             } else {
                 let (mut s1, mut s2) = (SuperAcc::new(), SuperAcc::new());
                 for &i in cells {
                     s1.add(x[i]);
                     s2.add_product(x[i], x[i]);
                 }
-                (s1.to_rational(), s2.to_rational())
+                (s1.to_dyadic(), s2.to_dyadic())
             };
-            let (mean, q) = if centred {
-                let mean = &s1 / &k;
-                let var = (&k * &s2 - &s1 * &s1) / (&k * &k);
-                (mean, var + eps)
-            } else {
-                (Rational::zero(), &s2 / &k + eps)
-            };
-            if !q.is_positive() {
-                return None;
-            }
-            let (mut a_k, mut c) = (Rational::zero(), Rational::zero());
-            if let Some(dy) = dy {
-                let (a, gx) = if bucketed {
+            let dy_sums = dy.map(|dy| {
+                if bucketed {
                     // A = Σ dy·w in the buckets' products; w·dy is exact in f64 (two
                     // float32 significands), times x one exact product.
                     let mut bk = F32Buckets::new();
@@ -276,30 +582,94 @@ fn row_constants(
                         }
                     }
                     flush(&mut bk, &mut acc);
-                    (acc[3].to_rational(), gx.to_rational())
+                    (acc[3].to_dyadic(), gx.to_dyadic())
                 } else {
-                    row_dy_sums(cells, param, x, dy, w)
-                };
-                let b = &gx - &mean * &a;
-                // rms_norm has no centring: no `A/K` term.
-                if centred {
-                    a_k = &a / &k;
+                    row_dy_sums(cells.iter().map(|&i| (i, param[i])), x, dy, w)
                 }
-                c = b / (&k * &q);
-            }
-            Some(Row {
-                mean_dd: dd_of_rational(&mean),
-                rstd_dd: dd_div_sqrt(&Rational::from_integer(1.into()), &q),
-                a_k_dd: dd_of_rational(&a_k),
-                c_dd: dd_of_rational(&c),
-                mean,
-                q,
-                a_k,
-                c,
-            })
+            });
+            row_of_sums(&s1, &s2, dy_sums, cells.len(), centred, eps)
         })
         .collect();
     rows.into_iter().collect()
+}
+
+/// An exact sum `n·2^e` ([`SuperAcc::to_dyadic`]).
+type Dyadic = (BigInt, i64);
+
+/// `n·2^e` as a fraction of integers `(n·2^e, 1)` or `(n, 2^-e)`.
+fn fraction(n: &BigInt, e: i64) -> (BigInt, BigInt) {
+    if e >= 0 {
+        (n << e as usize, BigInt::one())
+    } else {
+        (n.clone(), BigInt::one() << (-e) as usize)
+    }
+}
+
+/// `K·a·2^ea − b·2^eb` as `n·2^e`.
+fn k_diff(k: &BigInt, a: &BigInt, ea: i64, b: &BigInt, eb: i64) -> Dyadic {
+    let e = ea.min(eb);
+    (((k * a) << (ea - e) as usize) - (b << (eb - e) as usize), e)
+}
+
+/// A row's constants (step 2) from its exact sums `Σx`, `Σx²` and (backward) `(Σ w·dy,
+/// Σ w·dy·x)` over its `k` cells; `None` if `q ≤ 0`. Each rational is formed as one fraction
+/// of integers and reduced once (the same rationals as step 2's formulas: a rational is
+/// its reduced form).
+fn row_of_sums(
+    s1: &Dyadic,
+    s2: &Dyadic,
+    dy_sums: Option<(Dyadic, Dyadic)>,
+    k: usize,
+    centred: bool,
+    eps: &Rational,
+) -> Option<Row> {
+    let kb = BigInt::from(k);
+    let (ne, de) = (eps.numer(), eps.denom());
+    let (n1, e1) = s1;
+    let (n2, e2) = s2;
+    // q = V/K^m + eps with V = K·S2 − S1², m = 2 (centred), or V = S2, m = 1.
+    let (v, e_v, km) = if centred {
+        let (d, e) = k_diff(&kb, n2, *e2, &(n1 * n1), 2 * e1);
+        (d, e, &kb * &kb)
+    } else {
+        (n2.clone(), *e2, kb.clone())
+    };
+    let (vn, vd) = fraction(&v, e_v);
+    let q = Rational::new(&vn * de + ne * &km * &vd, &km * &vd * de);
+    if !q.is_positive() {
+        return None;
+    }
+    let mean = if centred {
+        let (mn, md) = fraction(n1, *e1);
+        Rational::new(mn, md * &kb)
+    } else {
+        Rational::zero()
+    };
+    let (mut a_k, mut c) = (Rational::zero(), Rational::zero());
+    if let Some(((na, ea), (ng, eg))) = dy_sums {
+        // c = B/(K·q), B = G − mean·A: centred K·B = K·G − S1·A, so c = (K·B)/(K²·q);
+        // rms_norm c = G/(K·q). rms_norm has no centring: no `A/K` term.
+        let (b, e_b, kc) = if centred {
+            let (an, ad) = fraction(&na, ea);
+            a_k = Rational::new(an, ad * &kb);
+            let (d, e) = k_diff(&kb, &ng, eg, &(n1 * &na), e1 + ea);
+            (d, e, &kb * &kb)
+        } else {
+            (ng, eg, kb.clone())
+        };
+        let (bn, bd) = fraction(&b, e_b);
+        c = Rational::new(bn * q.denom(), bd * kc * q.numer());
+    }
+    Some(Row {
+        mean_dd: dd_of_rational(&mean),
+        rstd_dd: dd_div_sqrt(&Rational::from_integer(1.into()), &q),
+        a_k_dd: dd_of_rational(&a_k),
+        c_dd: dd_of_rational(&c),
+        mean,
+        q,
+        a_k,
+        c,
+    })
 }
 
 /// Move the buckets' sums into `acc` (`s1`, `s2`, `sd`, `sdx`), exactly.
@@ -308,35 +678,31 @@ fn flush(bk: &mut F32Buckets, acc: &mut [SuperAcc; 4]) {
     bk.flush(s1, s2, sd, sdx);
 }
 
-/// `(Σ w·dy, Σ w·dy·x)` of a row exactly, for any f64 data.
+/// `(Σ w·dy, Σ w·dy·x)` of a row exactly, for any f64 data: the row's cells as `(cell,
+/// parameter)`.
 fn row_dy_sums(
-    cells: &[usize],
-    param: &[usize],
+    cells: impl Iterator<Item = (usize, usize)>,
     x: &[f64],
     dy: &[f64],
     w: Weights,
-) -> (Rational, Rational) {
-    {
-        {
-            let (mut a, mut gx) = (SuperAcc::new(), SuperAcc::new());
-            for &i in cells {
-                let wd = w.dd(param[i]);
-                // w·dy and w·dy·x exactly: each part of w times dy is an exact two-product.
-                for part in [wd.hi, wd.lo] {
-                    if part == 0.0 {
-                        continue;
-                    }
-                    a.add_product(part, dy[i]);
-                    let (p, e) = two_prod(part, dy[i]);
-                    gx.add_product(p, x[i]);
-                    if e != 0.0 {
-                        gx.add_product(e, x[i]);
-                    }
-                }
+) -> (Dyadic, Dyadic) {
+    let (mut a, mut gx) = (SuperAcc::new(), SuperAcc::new());
+    for (i, p) in cells {
+        let wd = w.dd(p);
+        // w·dy and w·dy·x exactly: each part of w times dy is an exact two-product.
+        for part in [wd.hi, wd.lo] {
+            if part == 0.0 {
+                continue;
             }
-            (a.to_rational(), gx.to_rational())
+            a.add_product(part, dy[i]);
+            let (pr, e) = two_prod(part, dy[i]);
+            gx.add_product(pr, x[i]);
+            if e != 0.0 {
+                gx.add_product(e, x[i]);
+            }
         }
     }
+    (a.to_dyadic(), gx.to_dyadic())
 }
 
 /// `a·b = p + e` exactly (inputs in range: no underflow or overflow).
@@ -381,26 +747,32 @@ fn cells(
     let positional =
         contiguous && g.n_params() == k && param.iter().enumerate().all(|(i, &p)| p == i % k);
     if positional {
-        let wts = RowWeights::of(w, k);
+        let wts = row_weights(w, k);
         out.par_chunks_mut(k)
             .zip(groups.par_iter().zip(rows.par_iter()))
             .enumerate()
-            .for_each(|(ri, (buf, (cells, r)))| {
-                let span = ri * k..(ri + 1) * k;
-                let undecided = block_best(
-                    &x[span.clone()],
-                    dy.map(|d| &d[span.clone()]),
-                    &wts,
-                    r,
-                    f,
-                    buf,
-                );
-                for j in undecided {
-                    fallbacks.fetch_add(1, Ordering::Relaxed);
-                    let i = cells[j];
-                    buf[j] = exact_cell(r, x[i], dy.map(|d| d[i]), w, param[i], f);
-                }
-            });
+            .for_each_init(
+                || (Scratch::default(), Vec::new()),
+                |(scratch, undecided), (ri, (buf, (cells, r)))| {
+                    let span = ri * k..(ri + 1) * k;
+                    undecided.clear();
+                    block_best(
+                        &x[span.clone()],
+                        dy.map(|d| &d[span.clone()]),
+                        &wts,
+                        &r.dd(),
+                        f,
+                        buf,
+                        scratch,
+                        undecided,
+                    );
+                    for &j in undecided.iter() {
+                        fallbacks.fetch_add(1, Ordering::Relaxed);
+                        let i = cells[j];
+                        buf[j] = exact_cell(r, x[i], dy.map(|d| d[i]), w, param[i], f);
+                    }
+                },
+            );
     } else if contiguous {
         out.par_chunks_mut(k)
             .zip(groups.par_iter().zip(rows.par_iter()))
@@ -422,158 +794,6 @@ fn cells(
         }
     }
     out
-}
-
-/// A row's weights and biases by position: `w = wh + wl` exactly (`wl` is 0 unless the
-/// offset convention's `1 + gamma` needs it), `b` (0 without beta).
-struct RowWeights {
-    wh: Vec<f64>,
-    wl: Vec<f64>,
-    b: Vec<f64>,
-}
-
-impl RowWeights {
-    fn of(w: Weights, k: usize) -> RowWeights {
-        let dd: Vec<DD> = (0..k).map(|p| w.dd(p)).collect();
-        RowWeights {
-            wh: dd.iter().map(|d| d.hi).collect(),
-            wl: dd.iter().map(|d| d.lo).collect(),
-            b: (0..k).map(|p| w.beta.map_or(0.0, |b| b[p])).collect(),
-        }
-    }
-}
-
-/// [`block`] with FMA where the CPU has it (bit-identical).
-fn block_best(
-    x: &[f64],
-    dy: Option<&[f64]>,
-    w: &RowWeights,
-    r: &Row,
-    f: FloatFormat,
-    out: &mut [f64],
-) -> Vec<usize> {
-    #[cfg(target_arch = "x86_64")]
-    if super::eval::use_fma() {
-        // SAFETY: the CPU supports AVX2 and FMA (checked at run time by use_fma).
-        return unsafe { block_fma(x, dy, w, r, f, out) };
-    }
-    block::<Portable>(x, dy, w, r, f, out)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn block_fma(
-    x: &[f64],
-    dy: Option<&[f64]>,
-    w: &RowWeights,
-    r: &Row,
-    f: FloatFormat,
-    out: &mut [f64],
-) -> Vec<usize> {
-    block::<Fused>(x, dy, w, r, f, out)
-}
-
-/// One contiguous row (parameter = position) in two passes: the double-double values and
-/// bounds of every cell without a branch (the arithmetic and bound of [`row_values`]), then
-/// the decisions; returns the positions left to the exact path.
-#[inline(always)]
-fn block<P: Prod>(
-    x: &[f64],
-    dy: Option<&[f64]>,
-    w: &RowWeights,
-    r: &Row,
-    f: FloatFormat,
-    out: &mut [f64],
-) -> Vec<usize> {
-    const REL: f64 = 5.048709793414476e-29; // 2^-94
-    const FLOOR: f64 = 9.332636185032189e-302; // 2^-1000
-    let n = x.len();
-    let rstd = r.rstd_dd;
-    let rstd_abs = rstd.hi.abs();
-    let mean_abs = r.mean_dd.hi.abs();
-    let neg_mean = -r.mean_dd;
-    let (mut vh, mut vl, mut err) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
-    match dy {
-        None => {
-            for j in 0..n {
-                let wd = DD {
-                    hi: w.wh[j],
-                    lo: w.wl[j],
-                };
-                let d = DD::from_f64(x[j]) + neg_mean;
-                let v = d.mul_by::<P>(wd).mul_by::<P>(rstd).add_f64(w.b[j]);
-                vh[j] = v.hi;
-                vl[j] = v.lo;
-                err[j] = (w.wh[j].abs() * (x[j].abs() + mean_abs) * rstd_abs + w.b[j].abs()) * REL
-                    + FLOOR;
-            }
-        }
-        Some(dy) => {
-            let neg_a_k = -r.a_k_dd;
-            let a_k_abs = r.a_k_dd.hi.abs();
-            let c = r.c_dd;
-            let c_abs = c.hi.abs();
-            for j in 0..n {
-                let wd = DD {
-                    hi: w.wh[j],
-                    lo: w.wl[j],
-                };
-                let d = DD::from_f64(x[j]) + neg_mean;
-                let t = wd.mul_f64_by::<P>(dy[j]) + neg_a_k + (-d.mul_by::<P>(c));
-                let v = t.mul_by::<P>(rstd);
-                vh[j] = v.hi;
-                vl[j] = v.lo;
-                let mag = w.wh[j].abs() * dy[j].abs() + a_k_abs + (x[j].abs() + mean_abs) * c_abs;
-                err[j] = mag * rstd_abs * REL + FLOOR;
-            }
-        }
-    }
-    let mut undecided = Vec::new();
-    match f {
-        FloatFormat::F32 => {
-            for j in 0..n {
-                let (v, ok) = super::eval::decides_f32(
-                    DD {
-                        hi: vh[j],
-                        lo: vl[j],
-                    },
-                    err[j],
-                );
-                out[j] = v as f64;
-                if !ok {
-                    undecided.push(j);
-                }
-            }
-        }
-        FloatFormat::F64 => {
-            for j in 0..n {
-                let ok = super::eval::decides_f64(
-                    DD {
-                        hi: vh[j],
-                        lo: vl[j],
-                    },
-                    err[j],
-                );
-                out[j] = vh[j];
-                if !ok {
-                    undecided.push(j);
-                }
-            }
-        }
-        _ => {
-            for j in 0..n {
-                let v = DD {
-                    hi: vh[j],
-                    lo: vl[j],
-                };
-                match decide(v, err[j], f) {
-                    Some(y) => out[j] = y,
-                    None => undecided.push(j),
-                }
-            }
-        }
-    }
-    undecided
 }
 
 /// [`row_values`] with FMA where the CPU has it (bit-identical: the exact products are the
