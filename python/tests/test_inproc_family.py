@@ -188,3 +188,93 @@ def test_judge_one_family_case_malformed_and_unsupported(ln_cases):
     assert r.verdict == "malformed" and not r.ok and "dgamma.npy: missing" in r.reason
     r = bnconf.judge(case, None)
     assert r.verdict == "unsupported" and not r.ok
+
+
+# ---------------------------------------------------------------------------------------------
+# The hypothesis strategy of family cases.
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+
+import bnconf.hypothesis as bh  # noqa: E402
+
+EXAMPLES = int(os.environ.get("BNCONF_HYPOTHESIS_EXAMPLES", "200"))
+SETTINGS = dict(deadline=None, database=None, suppress_health_check=list(HealthCheck))
+
+
+@pytest.mark.parametrize("family", ["layer_norm", "rms_norm", "group_norm"])
+def test_numpy_family_kernel_passes_generated_cases(family):
+    seen = []
+
+    @settings(max_examples=max(EXAMPLES // 2, 30), **SETTINGS)
+    @given(bh.cases(family=family))
+    def prop(case):
+        assert case.family == family
+        seen.append((case.op, case.layout, case.class_))
+        r = bnconf.judge(case, numpy_family(case))
+        assert r.ok, r
+
+    prop()
+    assert len({op for op, _, _ in seen}) == 2 and len({cl for *_, cl in seen}) > 5, seen
+    if family == "group_norm":
+        assert len({lay for _, lay, _ in seen}) > 2
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16+float32", "float16"])
+def test_numpy_family_kernel_passes_in_other_dtypes(dtype):
+    @settings(max_examples=max(EXAMPLES // 4, 20), **SETTINGS)
+    @given(bh.cases(family="group_norm", layouts="nhwc,nchw", dtype=dtype))
+    def prop(case):
+        assert case.dtype == dtype.split("+")[0] and case.layout in ("nhwc", "nchw")
+        r = bnconf.judge(case, numpy_family(case))
+        assert r.ok, r
+
+    prop()
+
+
+def _one_pass_ln(case):
+    """Defective: layer_norm's variance as E[x²] - mean² in the case dtype (float32)."""
+    out = numpy_family(case)
+    if case.op != "layer_norm":
+        return out
+    x = case.inputs["x"]
+    ax = case.reduce_axes
+    mean = x.mean(axis=ax, keepdims=True)
+    var = (x * x).mean(axis=ax, keepdims=True) - mean * mean
+    with np.errstate(invalid="ignore"):  # a cancelled variance may come out negative
+        y = (x - mean) / np.sqrt(var + x.dtype.type(case.eps))
+    if "gamma" in case.inputs:
+        y = y * case.inputs["gamma"]
+    if "beta" in case.inputs:
+        y = y + case.inputs["beta"]
+    return {"y": y}
+
+
+def test_defective_family_kernel_is_found_and_shrunk():
+    seen = []
+
+    @settings(max_examples=EXAMPLES, **SETTINGS)
+    @given(bh.cases(family="layer_norm", ops=["layer_norm"]))
+    def prop(case):
+        seen.append(case)
+        r = bnconf.judge(case, _one_pass_ln(case))
+        assert r.ok, r
+
+    with pytest.raises(AssertionError) as e:
+        prop()
+    assert "worst ratio" in str(e.value) and " in y[" in str(e.value), str(e.value)
+    last = seen[-1]  # hypothesis replays the shrunk example last
+    assert bnconf.judge(last, _one_pass_ln(last)).verdict == "fail"
+    assert last.seed < 2**16, last.seed  # shrunk towards seed 0
+    assert "offset" in last.class_ or "cancel" in last.class_, last.class_
+
+
+def test_family_strategy_arguments():
+    with pytest.raises(ValueError, match="ops: unknown name 'group_norm'"):
+        bh.cases(family="layer_norm", ops=["group_norm"])
+    with pytest.raises(ValueError, match="layouts: unknown name 'diagonal'"):
+        bh.cases(family="group_norm", layouts="diagonal")
+    with pytest.raises(ValueError, match="no case of ops"):
+        bh.cases(family="rms_norm", layouts="nchw")
+    with pytest.raises(ValueError, match="dtype"):
+        bh.cases(family="rms_norm", dtype="int8")
