@@ -27,7 +27,9 @@ use super::in_memory::{Array, Given, InMemoryReport};
 use crate::error::{ConfError, Result};
 use crate::formats::family_case::{family_case_json, family_shape, format_of};
 use crate::judge::check::summarize;
-use crate::judge::family::{diagnose_family, prepare_family, FailingCase, FamilyPrepared};
+use crate::judge::family::{
+    diagnose_family, prepare_family, prepare_family_all, FailingCase, FamilyPrepared,
+};
 use crate::judge::verdict::{CaseResult, Verdict};
 use crate::protocol;
 use crate::protocol::family::{judge_one, FamilyWritten};
@@ -146,14 +148,20 @@ struct Judged {
     failing: Option<FailingCase>,
 }
 
-/// A family selection's cases in memory and the results judged so far. Each case is prepared
-/// (its goldens and budgets computed) when it is judged, and the preparation dropped after,
-/// unless the case fails (the diagnosis replays the known-bad kernels on it).
+/// Cases prepared together (in parallel) when the first of them is judged, as `check DIR`
+/// prepares a chunk at a time (`protocol::family`'s `JUDGE_CHUNK_CASES`).
+const PREPARE_CHUNK_CASES: usize = 64;
+
+/// A family selection's cases in memory and the results judged so far. The cases are
+/// prepared (their goldens and budgets computed, in parallel) a chunk at a time, when the
+/// first of the chunk is judged, and each preparation dropped once its case is judged, unless
+/// the case fails (the diagnosis replays the known-bad kernels on it).
 pub struct InMemoryFamilySuite {
     /// The selection.
     pub selection: FamilySelection,
     /// Its cases (and the ones excluded).
     pub suite: FamilySuite,
+    prepared: Vec<Option<FamilyPrepared>>,
     results: Vec<Option<Judged>>,
 }
 
@@ -178,11 +186,12 @@ impl InMemoryFamilySuite {
     /// Generate the cases `sel` selects (its shard too, if any).
     pub fn new(sel: FamilySelection) -> Result<InMemoryFamilySuite> {
         let suite = sel.generate();
-        let results = (0..suite.cases.len()).map(|_| None).collect();
+        let n = suite.cases.len();
         Ok(InMemoryFamilySuite {
             selection: sel,
             suite,
-            results,
+            prepared: (0..n).map(|_| None).collect(),
+            results: (0..n).map(|_| None).collect(),
         })
     }
 
@@ -204,8 +213,26 @@ impl InMemoryFamilySuite {
     /// Judge what the kernel gave for case `i` (replacing an earlier verdict on it). Errors
     /// only when the exact reference fails on the case (as `check DIR` fails).
     pub fn judge(&mut self, i: usize, given: &Given) -> Result<&CaseResult> {
-        let c = &self.suite.cases[i];
-        let j = judged(prepare(c)?, written(c, given));
+        let p = match self.prepared[i].take() {
+            Some(p) => p,
+            None if self.results[i].is_none() => {
+                // this case and the next ones not judged yet, in parallel
+                let end = (i..self.len())
+                    .take(PREPARE_CHUNK_CASES)
+                    .take_while(|&k| self.results[k].is_none() && self.prepared[k].is_none())
+                    .last()
+                    .map_or(i + 1, |k| k + 1);
+                let cases = &self.suite.cases[i..end];
+                let ps = prepare_family_all(cases)
+                    .map_err(|e| ConfError::field("inputs", format!("{}..: {e}", cases[0].id)))?;
+                for (k, p) in (i..end).zip(ps) {
+                    self.prepared[k] = Some(p);
+                }
+                self.prepared[i].take().expect("prepared above")
+            }
+            None => prepare(&self.suite.cases[i])?, // judged again
+        };
+        let j = judged(p, written(&self.suite.cases[i], given));
         Ok(&self.results[i].insert(j).result)
     }
 
@@ -565,6 +592,43 @@ mod tests {
             written(&c, &Given::Error(" boom \n".into())),
             FamilyWritten::Malformed(w) if w == "kernel error: boom"
         ));
+    }
+
+    /// Cases judged out of order, or again, get the verdict of a first judgment in order.
+    #[test]
+    fn judging_out_of_order_and_again() {
+        let s = family_selection("rms_norm", "default", "f64", None, &[], &[]).unwrap();
+        let k = family_kernel_by_name("rms-twopass").unwrap();
+        let mut mem = InMemoryFamilySuite::new(s).unwrap();
+        let given = |c: &FamilySuiteCase| match k.run(&c.case) {
+            Ok(o) => Given::Outputs(
+                o.iter()
+                    .map(|(n, v)| {
+                        let f = format_of(c.case.dtype_of(n));
+                        let a = Array::of(family_shape(&c.case, n), &protocol::npy_of(f, v));
+                        (n.clone(), a)
+                    })
+                    .collect(),
+            ),
+            Err(bnconf_impl::Unsupported(why)) => Given::Unsupported(why),
+        };
+        let n = mem.len();
+        let order: Vec<usize> = (0..n).rev().chain([n / 2, 0]).collect();
+        let mut first = BTreeMap::new();
+        for i in order {
+            let c = mem.case(i).clone();
+            let r = mem.judge(i, &given(&c)).unwrap().clone();
+            let before = first.entry(i).or_insert_with(|| r.clone());
+            assert_eq!(before.verdict, r.verdict, "{}", c.id);
+            assert_eq!(
+                before.worst_ratio.to_bits(),
+                r.worst_ratio.to_bits(),
+                "{}",
+                c.id
+            );
+        }
+        let rep = mem.report(true, 20).unwrap();
+        assert!(rep.text.contains("family rms_norm"), "{}", rep.text);
     }
 
     #[test]
