@@ -72,7 +72,8 @@ def entry_points(
         kernel = make_kernel(obj, family=family, device=device)
         return check(
             kernel, suite=suite, dtype=dtype, ops=ops, layouts=layouts, seed=seed,
-            require_all=require_all, family=getattr(kernel, "bnconf_family", family),
+            require_all=require_all,
+            family=getattr(kernel, "bnconf_family", None) or family or "batch_norm",
         )  # fmt: skip
 
     def asserter(obj, **kwargs) -> Report:
