@@ -1,5 +1,6 @@
 """``family=`` in the Python package: the normalization family's suites (layer_norm, rms_norm,
-group_norm) judged through the binary. A textbook numpy kernel of each family conforms, the
+group_norm) judged (in process where the extension module is built, else through the binary;
+test_inproc_family.py compares the two). A textbook numpy kernel of each family conforms, the
 same kernel with a doubled variance is rejected, the optional statistics may be left out, a
 missing required output is not conforming, the family's case fields are there, and bad
 arguments raise ValueError naming them."""
@@ -127,7 +128,8 @@ def test_family_case_fields():
 def test_bad_family_arguments_raise_value_error():
     with pytest.raises(ValueError, match="family 'batchnorm'"):
         bnconf.check(numpy_family, family="batchnorm")
-    with pytest.raises(ValueError, match="in-process"):
-        bnconf.check(numpy_family, family="layer_norm", in_process=True)
-    with pytest.raises(ValueError, match="--suite"):
-        bnconf.check(numpy_family, family="layer_norm", suite="replicated")
+    for in_process in (False, True):
+        with pytest.raises(ValueError, match="--suite"):
+            bnconf.check(numpy_family, family="layer_norm", suite="replicated", in_process=in_process)
+        with pytest.raises(ValueError, match="--ops"):
+            bnconf.check(numpy_family, family="rms_norm", ops=["layer_norm"], in_process=in_process)

@@ -279,8 +279,8 @@ def test_defective_kernel_is_found_and_shrunk(bad):
 
 
 def test_strategy_arguments():
-    with pytest.raises(ValueError, match="families that exist are: batch_norm"):
-        bh.cases(family="layer_norm")
+    with pytest.raises(ValueError, match="families that exist are: batch_norm, layer_norm"):
+        bh.cases(family="batchnorm")
     with pytest.raises(ValueError, match="ops: unknown name 'frobnicate'"):
         bh.cases(ops=["frobnicate"])
     with pytest.raises(ValueError, match="layouts"):

@@ -105,8 +105,8 @@ def test_assert_function_conforms():
 
 
 def test_family_and_arguments_are_checked():
-    with pytest.raises(ValueError, match=r"family 'layer_norm' \(planned for bnconf 0.4\)"):
-        bnconf.jax.check_function(two_pass_bn, family="layer_norm")
+    with pytest.raises(ValueError, match=r"family 'all'"):
+        bnconf.jax.check_function(two_pass_bn, family="all")
     with pytest.raises(TypeError, match="JAX function"):
         bnconf.jax.check_function(3)
 
@@ -166,6 +166,120 @@ def test_flax_module_without_scale_or_momentum(nn):
 
 def test_flax_class_and_family_checks(nn):
     with pytest.raises(ValueError, match="not a batch_norm module"):
-        bnconf.jax.check_flax_module(nn.LayerNorm)
-    with pytest.raises(ValueError, match="family 'group_norm'"):
+        bnconf.jax.check_flax_module(nn.LayerNorm, family="batch_norm")
+    with pytest.raises(ValueError, match="not a group_norm module"):
         bnconf.jax.check_flax_module(nn.BatchNorm, family="group_norm")
+    with pytest.raises(ValueError, match="family 'all'"):
+        bnconf.jax.check_flax_module(nn.BatchNorm, family="all")
+
+
+# ---------------------------------------------------------------------------------------------
+# The normalization family.
+
+
+def two_pass_norm(x, gamma, beta, *, axes, eps, channel_axis=None, groups=None):
+    """A correct layer_norm / group_norm: two-pass statistics; y only (mean, rstd optional)."""
+    shape = x.shape
+    if groups is not None:  # [N, ..., C, ...] -> channels at 1, then [N, G, C/G * spatial]
+        xs = jnp.moveaxis(x, channel_axis, 1)
+        xg = xs.reshape(xs.shape[0], groups, -1)
+        mean = xg.mean(2, keepdims=True)
+        var = ((xg - mean) ** 2).mean(2, keepdims=True)
+        xhat = jnp.moveaxis(((xg - mean) / jnp.sqrt(var + eps)).reshape(xs.shape), 1, channel_axis)
+        pshape = [1] * len(shape)
+        pshape[channel_axis] = -1
+    else:
+        mean = x.mean(axes, keepdims=True)
+        var = ((x - mean) ** 2).mean(axes, keepdims=True)
+        xhat = (x - mean) / jnp.sqrt(var + eps)
+        pshape = None
+    y = xhat
+    if gamma is not None:
+        y = y * (gamma if pshape is None else gamma.reshape(pshape))
+    if beta is not None:
+        y = y + (beta if pshape is None else beta.reshape(pshape))
+    return y
+
+
+def rms(x, gamma, beta, *, axes, eps):
+    y = x * jax.lax.rsqrt((x * x).mean(axes, keepdims=True) + eps)
+    return y if gamma is None else y * gamma
+
+
+@pytest.mark.parametrize("family, fn", [("layer_norm", two_pass_norm), ("group_norm", two_pass_norm)])
+def test_family_functions_conform(family, fn):
+    r = bnconf.jax.check_function(fn, family=family, dtype="float32")
+    assert r.ok, r
+    assert r.summary["unsupported"] == 0 and r.summary["conforming"] > 15
+    # y only: the statistics are not given (optional), never recomputed
+    assert all(c["not_given"] for c in r.json["cases"] if not c["op"].endswith("_backward"))
+
+
+def test_rms_function_is_judged_in_its_convention():
+    r = bnconf.jax.check_function(rms, family="rms_norm", dtype="float32")
+    # the offset-convention cases ((1 + gamma)·xhat, which rms() does not compute) fail, the
+    # standard ones conform
+    seen = {}
+    bnconf.check(lambda c: seen.update({c.id: c.convention}), family="rms_norm")
+    assert not r.ok and r.failures
+    assert {seen[c.id] for c in r.failures} == {"offset"}
+    assert {seen[c.id] for c in r.conforming} == {"standard"}
+
+
+def one_pass_ln(x, gamma, beta, *, axes, eps):
+    """Defective: E[x²] - mean² in the input dtype."""
+    mean = x.mean(axes, keepdims=True)
+    var = (x * x).mean(axes, keepdims=True) - mean * mean
+    y = (x - mean) * jax.lax.rsqrt(var + eps)
+    y = y if gamma is None else y * gamma
+    return y if beta is None else y + beta
+
+
+def test_one_pass_layer_norm_function_is_rejected():
+    r = bnconf.jax.check_function(one_pass_ln, family="layer_norm", dtype="float32")
+    assert not r.ok
+    assert {c.worst_output.name for c in r.failures} <= {"y", "dx", "dgamma"}
+    assert any("cancel" in c.id or "offset" in c.id for c in r.failures)
+
+
+def test_flax_family_modules(nn):
+    # Flax's LayerNorm and GroupNorm default to use_fast_variance=True (E[x²] - mean²): the
+    # cancellation cases fail, as nn.BatchNorm's default does; two-pass, they conform.
+    for cls in (nn.LayerNorm, nn.GroupNorm):
+        r = bnconf.jax.check_flax_module(cls, dtype="float32")
+        assert not r.ok and r.failures, cls
+        assert all("cancel" in c.id or "constant" in c.id or "offset" in c.id
+                   for c in r.failures), [c.id for c in r.failures]  # fmt: skip
+    rms_r = bnconf.jax.check_flax_module(nn.RMSNorm, dtype="float32")
+    assert rms_r.ok, rms_r
+    assert rms_r.unsupported and all("convention standard" in c.reason for c in rms_r.unsupported)
+
+    def two_pass_ln(case):
+        k = case.normalized_ndim
+        axes = tuple(range(-k, 0))
+        return nn.LayerNorm(epsilon=case.eps, use_fast_variance=False, reduction_axes=axes,
+                            feature_axes=axes, use_scale=case.affine != "none",
+                            use_bias=case.affine == "weight_bias")  # fmt: skip
+
+    r = bnconf.jax.check_flax_module(two_pass_ln, family="layer_norm", dtype="float32")
+    assert r.ok, r
+    assert r.summary["unsupported"] == 0
+
+    def two_pass_gn(case):
+        return nn.GroupNorm(num_groups=case.groups, epsilon=case.eps, use_fast_variance=False,
+                            use_scale=case.affine != "none", use_bias=case.affine == "weight_bias")  # fmt: skip
+
+    r = bnconf.jax.check_flax_module(two_pass_gn, family="group_norm", dtype="float32")
+    assert r.ok, r
+    assert {"nchw", "nhwc"} <= {c.layout for c in r.conforming}
+    with pytest.raises(ValueError, match="not a group_norm module"):
+        bnconf.jax.check_flax_module(nn.LayerNorm, family="group_norm")
+
+
+def test_flax_mixed_precision_promotes_y_to_float32(nn):
+    # bf16 x with float32 params: Flax computes and returns y in float32 (dtype promotion),
+    # not the case's bfloat16: unsupported with the reason, never cast by bnconf
+    r = bnconf.jax.check_flax_module(nn.RMSNorm, dtype="bfloat16+float32")
+    assert r.summary["not_conforming"] == 0 and r.summary["malformed"] == 0
+    promoted = [c for c in r.unsupported if "returns y as float32" in c.reason]
+    assert promoted and {c.op for c in promoted} == {"rms_norm", "rms_norm_backward"}

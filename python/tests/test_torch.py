@@ -53,7 +53,9 @@ def test_unsupported_cases_say_why(bn2d_f32):
             assert "SyncBatchNorm's kernels" in r, r
         elif c.op == "running_update" and "convention" in r:
             assert r == "BatchNorm2d: PyTorch implements only the pytorch convention, not onnx"
-        elif c.layout in ("rows", "flat"):  # [C, m] is viewed as [1, C, m]: BatchNorm1d's input
+        elif c.layout in ("rows", "flat", "nc", "ncl", "ncdhw", "ndhwc"):
+            # [C, m] is viewed as [1, C, m] (BatchNorm1d's input); nc, ncl, ncdhw, ndhwc are
+            # BatchNorm1d's and BatchNorm3d's ranks
             assert f"BatchNorm2d cannot take layout {c.layout}" in r and "expected 4D input" in r, r
         else:  # one value per channel in training mode: torch refuses, with its message
             assert "F.batch_norm refuses this case: Expected more than 1 value per channel" in r, r
@@ -214,15 +216,16 @@ def test_callable_returning_something_else_is_a_kernel_error():
     [("LayerNorm", "layer_norm"), ("GroupNorm", "group_norm"), ("InstanceNorm2d", "group_norm"),
      ("RMSNorm", "rms_norm")],
 )  # fmt: skip
-def test_family_modules_are_refused_until_the_harness_has_them(cls, family):
+def test_family_modules_take_their_family_only(cls, family):
+    # (their checks: test_torch_family.py)
     module = getattr(torch.nn, cls, None)
     if module is None:
         pytest.skip(f"this torch has no nn.{cls}")
     assert bnconf.torch.family_of(module) == family
     with pytest.raises(ValueError, match=f"{cls} is a {family} module"):
-        bnconf.torch.check_module(module)
-    with pytest.raises(ValueError, match=f"family '{family}' \\(planned for bnconf 0.4\\)"):
-        bnconf.torch.check_module(module, family=family)
+        bnconf.torch.check_module(module, family="batch_norm")
+    with pytest.raises(ValueError, match="BatchNorm2d is a batch_norm module"):
+        bnconf.torch.check_module(torch.nn.BatchNorm2d, family=family)
 
 
 def test_other_arguments_are_refused():
@@ -232,5 +235,5 @@ def test_other_arguments_are_refused():
         bnconf.torch.check_module(torch.nn.BatchNorm2d, family="all")
     with pytest.raises(TypeError, match="callable"):
         bnconf.torch.check_module(42)
-    with pytest.raises(ValueError, match="--ops"):
+    with pytest.raises(ValueError, match="ops"):  # "--ops: ..." (binary), "ops: ..." (in process)
         bnconf.torch.check_module(torch.nn.BatchNorm2d, ops=["no_such_op"])

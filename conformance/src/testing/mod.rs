@@ -89,6 +89,7 @@
 
 pub mod family;
 pub mod in_memory;
+pub mod in_memory_family;
 pub mod strategy;
 
 use crate::error::ConfError;

@@ -238,8 +238,8 @@ def check(
     ``family``: "batch_norm" (the default), "layer_norm", "rms_norm", "group_norm" or "all" —
     the normalization family's suites (the cases of ``bnconf run --family``; their
     :class:`Case` has the family's fields). A family kernel returns the outputs it computes;
-    ``mean`` and ``rstd`` are optional (judged when returned). The family is judged through
-    the binary (``in_process=True`` raises ValueError for it).
+    ``mean`` and ``rstd`` are optional (judged when returned). The family is judged in process
+    too (the report of ``bnconf check DIR`` on a family export).
 
     Raises ValueError when bnconf refuses the family, suite, dtype, ops or layouts (its
     message), RuntimeError when the harness itself fails (exit 2, with bnconf's stderr).
@@ -252,13 +252,6 @@ def check(
             f"family {family!r}: the families are {', '.join(FAMILIES)} (or 'all')"
         )
     dt = normalize_dtype(dtype)
-    if family != "batch_norm":
-        if in_process:
-            raise ValueError(
-                f"family {family!r}: in-process judging (in_process=True) has only batch_norm "
-                "in this bnconf; the family is judged through the binary (in_process=None or False)"
-            )
-        in_process = False
     if in_process is None:
         # BNCONF_BIN names a binary to judge with: it is used (the protocol, not the module).
         in_process = _inproc.NATIVE and str(suite) != "replicated" and not os.environ.get(ENV_VAR)
@@ -267,7 +260,7 @@ def check(
             raise ValueError(f"--seed: {seed} is not an integer in 0..2^64")
         o, lay = _names("--ops", ops), _names("--layouts", layouts)
         s = None if seed is None else int(seed)
-        return _inproc.check(kernel, str(suite), dt, o, lay, s, require_all)
+        return _inproc.check(kernel, str(suite), dt, o, lay, s, require_all, family)
     exe = find_bnconf_bin()
     sel = ["--suite", str(suite), "--dtype", dt]
     if family != "batch_norm":

@@ -10,23 +10,25 @@ from typing import Any, Callable, Iterable, Optional, Tuple, Union
 from ._check import check
 from ._report import MAX_LISTED, Report
 
-#: Families the framework module checks (bnconf.torch, bnconf.jax) take today; the others are
-#: planned for them (bnconf.check(kernel, family=...) judges every family).
+#: Families every framework module checks (bnconf.torch, bnconf.jax); each passes the ones it
+#: takes to :func:`check_family` (bnconf.torch: the normalization family too). The others are
+#: planned for it (bnconf.check(kernel, family=...) judges every family).
 FAMILIES = ("batch_norm",)
 PLANNED_FAMILIES = ("layer_norm", "rms_norm", "group_norm")
 
 
-def planned(family: str) -> str:
-    """`` (planned for bnconf 0.4)`` for a family of the plan, else ``""``."""
-    return " (planned for bnconf 0.4)" if family in PLANNED_FAMILIES else ""
+def planned(family: str, families=FAMILIES) -> str:
+    """`` (planned for bnconf 0.4)`` for a family of the plan not in ``families``, else ``""``."""
+    return " (planned for bnconf 0.4)" if family in PLANNED_FAMILIES and family not in families else ""
 
 
-def check_family(family: str) -> None:
-    """ValueError naming ``family`` unless the harness has it."""
-    if family not in FAMILIES:
+def check_family(family: str, families=FAMILIES) -> None:
+    """ValueError naming ``family`` unless it is one of ``families`` (the ones the framework
+    module takes)."""
+    if family not in families:
         raise ValueError(
-            f"family {family!r}{planned(family)}: this bnconf's harness judges only "
-            f"{', '.join(FAMILIES)}"
+            f"family {family!r}{planned(family, families)}: this framework check takes only "
+            f"{', '.join(families)}"
         )
 
 
@@ -47,15 +49,18 @@ def label_of(obj) -> str:
 
 
 def entry_points(
-    make_kernel: Callable[..., Callable], name: str, doc: str
+    make_kernel: Callable[..., Callable], name: str, doc: str, families=FAMILIES
 ) -> Tuple[Callable[..., Report], Callable[..., Report]]:
     """``check_<name>(obj, *, family, dtype, suite, ops, layouts, device, seed, require_all)``
-    and ``assert_<name>_conforms(obj, **same)`` for ``make_kernel``."""
+    and ``assert_<name>_conforms(obj, **same)`` for ``make_kernel``. With more ``families``
+    than batch_norm, ``family`` defaults to None (``make_kernel`` decides: the kernel's
+    ``bnconf_family``) and the suite is that family's."""
+    default_family = "batch_norm" if tuple(families) == FAMILIES else None
 
     def checker(
         obj,
         *,
-        family: str = "batch_norm",
+        family: Optional[str] = default_family,
         dtype: Union[str, Any] = "float32",
         suite: str = "default",
         ops: Optional[Union[str, Iterable[str]]] = None,
@@ -68,6 +73,7 @@ def entry_points(
         return check(
             kernel, suite=suite, dtype=dtype, ops=ops, layouts=layouts, seed=seed,
             require_all=require_all,
+            family=getattr(kernel, "bnconf_family", None) or family or "batch_norm",
         )  # fmt: skip
 
     def asserter(obj, **kwargs) -> Report:
@@ -81,8 +87,8 @@ def entry_points(
     checker.__name__ = checker.__qualname__ = f"check_{name}"
     checker.__doc__ = doc + (
         "\n\n``dtype``, ``suite``, ``ops``, ``layouts``, ``seed``, ``require_all``: as "
-        ":func:`bnconf.check`; ``family``: only ``batch_norm`` exists in this bnconf (others "
-        "raise ValueError); ``device``: where the framework runs. Returns a :class:`bnconf.Report`."
+        ":func:`bnconf.check`; ``family``: one of " + ", ".join(families) + " (others raise "
+        "ValueError); ``device``: where the framework runs. Returns a :class:`bnconf.Report`."
     )
     asserter.__name__ = asserter.__qualname__ = f"assert_{name}_conforms"
     asserter.__doc__ = (

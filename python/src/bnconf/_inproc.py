@@ -37,7 +37,7 @@ def _array(descr: str, shape, data: bytes) -> np.ndarray:
 
 
 def case_from_native(nc) -> "Case":  # noqa: F821 (Case: from _check, imported late)
-    """The :class:`bnconf.Case` of a native case: its case.json and its inputs as numpy arrays
+    """The :class:`bnconf.Case` of a native case (batch_norm's or the family's): its case.json and its inputs as numpy arrays
     (bfloat16 bit patterns as float32, as ``load_case`` reads them)."""
     from ._check import Case, _bf16_storage_ok
 
@@ -123,10 +123,17 @@ def check(
     layouts: Optional[Iterable[str]],
     seed: Optional[int],
     require_all: bool,
+    family: str = "batch_norm",
 ) -> Report:
-    """``bnconf.check`` in process (same arguments, already normalized)."""
+    """``bnconf.check`` in process (same arguments, already normalized). The normalization
+    family (``family`` other than "batch_norm") is judged as ``bnconf check DIR`` judges a
+    family export: the same report document (with ``family`` and each case's ``not_given``)
+    and printed report (the family table first)."""
     nat = require_native()
-    s = nat.open_suite(suite, dtype, seed, list(ops or []), list(layouts or []))
+    if family == "batch_norm":
+        s = nat.open_suite(suite, dtype, seed, list(ops or []), list(layouts or []))
+    else:
+        s = nat.open_family_suite(family, suite, dtype, seed, list(ops or []), list(layouts or []))
     for i in range(len(s)):
         case = case_from_native(s.case(i))
         kind, message, arrays = run_kernel(kernel, case)

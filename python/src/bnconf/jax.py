@@ -49,9 +49,31 @@ is one ``jax.jit``-ed ``module.apply``:
   mean cannot express shards of unequal size).
 
 Both: ``device`` names a JAX platform (``"cpu"``, ``"gpu"``, ...); float64 suites turn on
-``jax_enable_x64`` (a process-wide JAX setting). Only ``family="batch_norm"`` exists in this
-bnconf's harness; other families raise ValueError. Requires jax (and flax for
+``jax_enable_x64`` (a process-wide JAX setting). Requires jax (and flax for
 ``check_flax_module``); ``import bnconf`` does not.
+
+**The normalization family** (``family="layer_norm"``, ``"rms_norm"``, ``"group_norm"``):
+
+- ``check_function(fn, family=...)``: bnconf calls ``fn(x, gamma, beta, *, axes, eps)``
+  (layout ``last``: ``axes`` the last ``normalized_ndim`` axes, ``gamma``/``beta`` of the
+  normalized shape) or ``fn(x, gamma, beta, *, axes, eps, channel_axis, groups)``
+  (group_norm: ``gamma``/``beta`` of shape ``[C]``), inside ``jax.jit``; ``gamma``/``beta`` are
+  None where the case has none. It returns ``y``, or ``(y, mean, rstd)`` (rms_norm: ``(y,
+  rstd)``) to have the statistics judged (they are optional: a function returning only ``y``
+  is judged on ``y``). Backward: ``jax.vjp`` of ``y`` w.r.t. ``(x, gamma, beta)`` (beta = 0
+  where the case asks for ``dbeta``). rms_norm's ``offset`` cases are handed ``gamma`` as is.
+- ``check_flax_module(module)``: ``flax.linen.LayerNorm``/``RMSNorm`` built with
+  ``reduction_axes = feature_axes`` = the last ``normalized_ndim`` axes, ``GroupNorm(num_groups
+  = groups)``, each with ``epsilon = eps``, ``use_scale``/``use_bias`` as the case's affine and
+  the case's ``param_dtype`` (Flax's other defaults kept: ``use_fast_variance=True``, whose
+  one-pass variance does not conform on the cancellation cases), or a callable ``case ->
+  flax.linen.Module`` whose params are named ``scale``/``bias``. ``y = module.apply(...)``
+  (Flax modules do not return their statistics: not given); backward ``jax.vjp`` w.r.t. x and
+  the params. GroupNorm takes the channels last: x is moved there and ``y``/``dx`` back. RMSNorm
+  (``scale·x·rstd``): the ``offset`` convention is unsupported, with the reason.
+- An output returned in another dtype than the case's (Flax promotes half x with float32
+  params to float32) is unsupported with the reason.
+
 """
 
 from __future__ import annotations
@@ -62,7 +84,7 @@ from typing import Any, Callable, Dict, Optional
 import numpy as np
 
 from ._check import Case, Unsupported
-from ._frameworks import FAMILIES, check_family, entry_points, require
+from ._frameworks import check_family, entry_points, require
 
 # The reasons JAX and Flax cannot express an op (what the unsupported cases say).
 FUNCTION_UNSUPPORTED = {
@@ -141,19 +163,24 @@ def _y(out):
 
 
 def function_kernel(
-    fn, *, family: str = "batch_norm", device: str = "cpu", name: Optional[str] = None
+    fn, *, family: Optional[str] = None, device: str = "cpu", name: Optional[str] = None
 ) -> Callable[[Case], Dict[str, Any]]:
     """The kernel ``case -> dict of outputs`` that :func:`check_function` judges: ``fn`` on one
     case, as the module docstring describes. Raises :class:`bnconf.Unsupported` with the
     reason for a case the function cannot express; ``name`` prefixes those reasons (default:
     the function's ``__name__``)."""
     jax, jnp = _jax()
-    check_family(family)
+    family = "batch_norm" if family is None else str(family)
+    check_family(family, JAX_FAMILIES)
     if not callable(fn):
         raise TypeError(
             f"fn must be a JAX function (x, gamma, beta, *, axes, channel_axis, eps), not {fn!r}"
         )
     label = name or getattr(fn, "__name__", "function")
+    if family != "batch_norm":
+        k = _family_function_kernel(fn, family, device, label)
+        k.bnconf_family = family
+        return k
     stats = _accepts_stats(fn)
 
     def _forward(x, gamma, beta, eps, cax, axes):
@@ -215,12 +242,242 @@ def function_kernel(
     return kernel
 
 
+# ---------------------------------------------------------------------------------------------
+# The normalization family: layer_norm, rms_norm, group_norm.
+
+#: The families bnconf.jax checks: batch_norm and the normalization family.
+JAX_FAMILIES = ("batch_norm", "layer_norm", "rms_norm", "group_norm")
+FAMILIES = JAX_FAMILIES
+
+#: flax.linen classes by name → their family.
+FLAX_FAMILY = {
+    "BatchNorm": "batch_norm",
+    "LayerNorm": "layer_norm",
+    "RMSNorm": "rms_norm",
+    "GroupNorm": "group_norm",
+}
+
+#: The statistics a family function may return after ``y`` (in this order).
+FAMILY_STATS = {"layer_norm": ("mean", "rstd"), "rms_norm": ("rstd",), "group_norm": ("mean", "rstd")}
+
+
+def _flax_class(module) -> Optional[str]:
+    """The flax.linen normalization class ``module`` (a class) is or derives from, or None."""
+    for c in getattr(module, "__mro__", ()):
+        if c.__module__.startswith("flax.linen") and c.__name__ in FLAX_FAMILY:
+            return c.__name__
+    return None
+
+
+def _family_base(op: str) -> str:
+    return op[: -len("_backward")] if op.endswith("_backward") else op
+
+
+class _FamilyRun:
+    """One family case as JAX arrays on the chosen device (``gamma``/``beta`` None where the
+    case has none), and host conversion back."""
+
+    def __init__(self, jax, jnp, case: Case, device: str, name: str):
+        self.jax, self.jnp, self.case, self.name = jax, jnp, case, name
+        if "float64" in (case.dtype, case.param_dtype) and not jax.config.jax_enable_x64:
+            jax.config.update("jax_enable_x64", True)
+        try:
+            self.device = jax.devices(device)[0]
+        except RuntimeError as e:
+            raise ValueError(f"device={device!r}: JAX has no such platform here: {e}") from None
+        self.eps = float(case.eps)
+        self.axes = tuple(case.reduce_axes)
+        self.base = _family_base(case.op)
+
+    def arr(self, name: str):
+        case = self.case
+        if name not in case.inputs:
+            return None
+        dt = case.dtype if name in ("x", "dy") else case.param_dtype
+        a = case.inputs[name]
+        if dt == "bfloat16":
+            return self.jax.device_put(self.jnp.asarray(a, dtype=self.jnp.bfloat16), self.device)
+        return self.jax.device_put(self.jnp.asarray(a), self.device)
+
+    def want(self, out: str) -> str:
+        return self.case.dtype if out in ("y", "dx") else self.case.param_dtype
+
+    def host(self, out: Dict[str, Any]) -> Dict[str, np.ndarray]:
+        """The outputs as numpy; an output JAX returns in another dtype than the case's is
+        unsupported (a cast here would be glue, not the function)."""
+        res = {}
+        for k, v in out.items():
+            a = np.asarray(v)
+            if a.dtype.name != self.want(k):
+                raise Unsupported(
+                    f"{self.name}: returns {k} as {a.dtype.name}; the case's {k} is {self.want(k)}"
+                )
+            if a.dtype.name == "bfloat16":
+                a = a.astype(np.float32)  # written back rounded to bf16 (exact here)
+            res[k] = a
+        return res
+
+    def vjp_outputs(self, y_of, x, dy, gamma):
+        """``jax.vjp`` of ``y_of(x, gamma, beta)`` (beta = 0 where the case asks for dbeta):
+        the case's dx, dgamma, dbeta."""
+        jnp = self.jnp
+        outs = self.case.outputs
+        beta = jnp.zeros_like(gamma) if "dbeta" in outs and gamma is not None else None
+        if "dbeta" in outs and beta is None:
+            raise Unsupported(f"{self.name}: dbeta without gamma")
+        y, vjp = self.jax.vjp(y_of, x, gamma, beta)
+        if y.dtype != dy.dtype:
+            raise Unsupported(
+                f"{self.name}: returns y as {y.dtype}; the case's y (and dy) is {dy.dtype}"
+            )
+        dx, dgamma, dbeta = vjp(dy)
+        res = {"dx": dx}
+        if "dgamma" in outs:
+            res["dgamma"] = dgamma
+        if "dbeta" in outs:
+            res["dbeta"] = dbeta
+        return res
+
+
+def _family_function_kernel(fn, family: str, device: str, label: str):
+    jax, jnp = _jax()
+    stats_names = FAMILY_STATS[family]
+
+    def kernel(case: Case) -> Dict[str, Any]:
+        if case.family != family:
+            raise Unsupported(f"{label}: a {family} function, not {case.family}")
+        r = _FamilyRun(jax, jnp, case, device, label)
+        kw = {"axes": r.axes, "eps": r.eps}
+        if family == "group_norm":
+            kw.update(channel_axis=case.channel_axis, groups=int(case.groups))
+
+        def call(x, gamma, beta):
+            return fn(x, gamma, beta, **kw)
+
+        with jax.default_device(r.device):
+            x, gamma = r.arr("x"), r.arr("gamma")
+            if r.base == case.op:
+                out = jax.jit(call)(x, gamma, r.arr("beta"))
+                if isinstance(out, (tuple, list)):
+                    if len(out) != 1 + len(stats_names):
+                        raise TypeError(
+                            f"{label} returned {len(out)} values; expected y or (y, "
+                            f"{', '.join(stats_names)})"
+                        )
+                    res = dict(zip(("y",) + stats_names, out))
+                else:
+                    res = {"y": out}  # the statistics are not given (optional)
+            else:
+                res = jax.jit(lambda x, dy, g: r.vjp_outputs(
+                    lambda x_, g_, b_: _y(call(x_, g_, b_)), x, dy, g
+                ))(x, r.arr("dy"), gamma)  # fmt: skip
+            return r.host(res)
+
+    return kernel
+
+
+def _family_flax_build(nn, cls, case: Case):
+    """The flax.linen module of ``cls`` for a family case: ``LayerNorm``/``RMSNorm`` over the
+    last ``normalized_ndim`` axes (``reduction_axes = feature_axes``), ``GroupNorm(groups)``
+    (channels last), with ``use_scale``/``use_bias`` as the case's affine and ``param_dtype``
+    the case's; the other fields Flax's defaults."""
+    name = _flax_class(cls)
+    eps = float(case.eps)
+    use_scale = case.affine != "none"
+    use_bias = case.affine == "weight_bias"
+    dt = _jax()[1].dtype(case.param_dtype)
+    if name == "GroupNorm":
+        return cls(num_groups=int(case.groups), epsilon=eps, use_scale=use_scale,
+                   use_bias=use_bias, param_dtype=dt)  # fmt: skip
+    k = int(case.normalized_ndim)
+    axes = tuple(range(-k, 0))
+    if name == "RMSNorm":
+        if case.convention == "offset":
+            raise Unsupported(
+                "RMSNorm: flax.linen.RMSNorm computes scale*x*rstd (convention standard), not "
+                "(1 + gamma)*x*rstd (offset); scale = 1 + gamma would be rounded by bnconf"
+            )
+        return cls(epsilon=eps, use_scale=use_scale, reduction_axes=axes, feature_axes=axes,
+                   param_dtype=dt)  # fmt: skip
+    return cls(epsilon=eps, use_scale=use_scale, use_bias=use_bias, reduction_axes=axes,
+               feature_axes=axes, param_dtype=dt)  # fmt: skip
+
+
+def _family_flax_kernel(module, family: str, device: str, label: str):
+    jax, jnp = _jax()
+    nn = _linen()
+
+    def build(case: Case):
+        if isinstance(module, type):
+            return _family_flax_build(nn, module, case)
+        m = module(case)
+        if not isinstance(m, nn.Module):
+            raise TypeError(
+                f"the module callable returned {type(m).__name__}, not a flax.linen.Module"
+            )
+        return m
+
+    def kernel(case: Case) -> Dict[str, Any]:
+        if case.family != family:
+            raise Unsupported(f"{label}: a {family} module, not {case.family}")
+        r = _FamilyRun(jax, jnp, case, device, label)
+        m = build(case)
+        # group_norm: Flax's GroupNorm takes the channels last (x moved there and back)
+        cax = case.channel_axis
+        last = cax is None or cax == len(case.shape) - 1
+
+        def to_m(t):
+            return t if last else jnp.moveaxis(t, cax, -1)
+
+        def from_m(t):
+            return t if last else jnp.moveaxis(t, -1, cax)
+
+        with jax.default_device(r.device):
+            x, gamma = r.arr("x"), r.arr("gamma")
+            params = dict(m.init(jax.random.PRNGKey(0), to_m(x)).get("params", {}))
+            pshape = tuple(case.inputs["gamma"].shape) if "gamma" in case.inputs else None
+            for p, inp, grad, fill in (("scale", "gamma", "dgamma", 1.0), ("bias", "beta", "dbeta", 0.0)):
+                if p not in params:
+                    if grad in case.outputs:
+                        raise Unsupported(
+                            f"{label}: the module has no {p} (use_{p}=False): no {grad}"
+                        )
+                    v = case.inputs.get(inp)
+                    if v is not None and bool((v != fill).any()):
+                        raise Unsupported(
+                            f"{label}: the module has no {p}; the case's {inp} is not all {fill:g}"
+                        )
+                elif pshape is not None and tuple(params[p].shape) != pshape:
+                    raise Unsupported(
+                        f"{label}: the module's {p} has shape {list(params[p].shape)}, the "
+                        f"case's gamma {list(pshape)}"
+                    )
+
+            def y_of(x_, g_, b_):
+                ps = dict(params)
+                if "scale" in ps:
+                    ps["scale"] = jnp.ones_like(ps["scale"]) if g_ is None else g_
+                if "bias" in ps:
+                    ps["bias"] = jnp.zeros_like(ps["bias"]) if b_ is None else b_
+                return from_m(m.apply({"params": ps}, to_m(x_)))
+
+            if r.base == case.op:
+                res = {"y": jax.jit(y_of)(x, gamma, r.arr("beta"))}
+            else:
+                res = jax.jit(lambda x, dy, g: r.vjp_outputs(y_of, x, dy, g))(
+                    x, r.arr("dy"), gamma
+                )
+        return r.host(res)
+
+    return kernel
+
+
 def _flax_vars(gamma, beta, mean, var):
     return {"params": {"scale": gamma, "bias": beta}, "batch_stats": {"mean": mean, "var": var}}
 
 
 def flax_module_kernel(
-    module, *, family: str = "batch_norm", device: str = "cpu", name: Optional[str] = None
+    module, *, family: Optional[str] = None, device: str = "cpu", name: Optional[str] = None
 ) -> Callable[[Case], Dict[str, Any]]:
     """The kernel ``case -> dict of outputs`` that :func:`check_flax_module` judges: ``module``
     (a flax.linen class, or a callable ``case -> flax.linen.Module``) on one case. Raises
@@ -228,19 +485,30 @@ def flax_module_kernel(
     prefixes those reasons (default: the module's class name)."""
     jax, jnp = _jax()
     nn = _linen()
-    check_family(family)
+    if family is None:
+        cls = _flax_class(module) if isinstance(module, type) else None
+        family = FLAX_FAMILY.get(cls or "", "batch_norm")
+    family = str(family)
+    check_family(family, JAX_FAMILIES)
     if isinstance(module, type):
         if not issubclass(module, nn.Module):
             raise ValueError(f"module {module.__name__} is not a flax.linen Module class")
-        if not any(c.__name__ == "BatchNorm" for c in module.__mro__):
+        fam = FLAX_FAMILY.get(_flax_class(module) or "")
+        if fam != family:
+            need = " or ".join(f"flax.linen.{n}" for n, f in FLAX_FAMILY.items() if f == family)
             raise ValueError(
-                f"module {module.__name__} is not a batch_norm module (flax.linen.BatchNorm); "
+                f"module {module.__name__} is not a {family} module ({need}); "
                 "pass a callable case -> flax.linen.Module for your own"
             )
     elif not callable(module):
         raise TypeError(
             f"module must be a flax.linen class or a callable case -> Module, not {module!r}"
         )
+    if family != "batch_norm":
+        label = name or getattr(module, "__name__", None) or type(module).__name__
+        k = _family_flax_kernel(module, family, device, label)
+        k.bnconf_family = family
+        return k
 
     def build(case: Case):
         if isinstance(module, type):
@@ -347,18 +615,25 @@ check_function, assert_function_conforms = entry_points(
     function_kernel,
     "function",
     """Judge a JAX normalization function on a bnconf suite (the module docstring gives the
-    calling convention and what each op runs).""",
+    calling convention and what each op runs). ``family``: ``batch_norm`` when None (the
+    default), or ``layer_norm``, ``rms_norm``, ``group_norm``.""",
+    families=JAX_FAMILIES,
 )
 check_flax_module, assert_flax_module_conforms = entry_points(
     flax_module_kernel,
     "flax_module",
     """Judge a Flax (linen) normalization module on a bnconf suite; ``module`` is a class
-    (``flax.linen.BatchNorm``) or a callable ``case -> flax.linen.Module``.""",
+    (``flax.linen.BatchNorm``, ``LayerNorm``, ``RMSNorm``, ``GroupNorm``) or a callable ``case ->
+    flax.linen.Module``. ``family``: the class's when None (the default; ``batch_norm`` for a
+    callable).""",
+    families=JAX_FAMILIES,
 )
 
 
 __all__ = [
     "FAMILIES",
+    "FLAX_FAMILY",
+    "JAX_FAMILIES",
     "assert_flax_module_conforms",
     "assert_function_conforms",
     "check_flax_module",
