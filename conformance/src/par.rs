@@ -99,6 +99,17 @@ mod seq {
             self.chunks_mut(n)
         }
     }
+    /// rayon's `for_each_init` on any iterator: one state, made once, for every item.
+    pub trait ForEachInit: Iterator + Sized {
+        /// `f(&mut state, item)` for every item, `state = init()` once.
+        fn for_each_init<S, I: Fn() -> S, F: Fn(&mut S, Self::Item)>(self, init: I, f: F) {
+            let mut state = init();
+            for item in self {
+                f(&mut state, item);
+            }
+        }
+    }
+    impl<It: Iterator> ForEachInit for It {}
     /// `par_chunks()` on slices: `chunks()`.
     pub trait ParallelSlice<T> {
         /// The sequential iterator.

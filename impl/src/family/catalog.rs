@@ -180,7 +180,7 @@ fn recipes() -> Vec<FamilyRecipe> {
         bad(
             "bad-ln-half-rstd-dgamma",
             "KNOWN BAD (mixed precision): LayerNorm backward whose f32 dgamma is summed from \
-             xhat = (x − mean)·rstd with rstd rounded to the half activation type (as \
+             xhat = (x − mean)·rstd with mean and rstd rounded to the half activation type (as \
              torch.compile's Inductor backward in PyTorch 2.15, which keeps the recomputed \
              statistics in the input's dtype); otherwise as ln-twopass. Its defect is held in \
              f16+f32 and bf16+f32.",
@@ -260,7 +260,7 @@ fn recipes() -> Vec<FamilyRecipe> {
         bad(
             "bad-gn-half-rstd-dgamma",
             "KNOWN BAD (mixed precision): GroupNorm backward whose f32 dgamma is summed from \
-             xhat = (x − mean)·rstd with rstd rounded to the half activation type (as \
+             xhat = (x − mean)·rstd with mean and rstd rounded to the half activation type (as \
              torch.compile's Inductor backward in PyTorch 2.15); otherwise as gn-twopass. Its \
              defect is held in f16+f32 and bf16+f32.",
             Family::GroupNorm,
