@@ -8,12 +8,11 @@
 
 use crate::ReportArgs;
 use bnconf::error::ConfError;
-use bnconf::judge::check::{summarize, CaseResult};
+use bnconf::judge::check::summarize;
 use bnconf::suite::family::FamilySuite;
 use bnconf::suite::family_select::FamilySelection;
-use bnconf::{protocol, report, suite};
+use bnconf::{protocol, report};
 use bnconf_impl::family::{FamilyOp, Named};
-use serde_json::{json, Value};
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -34,7 +33,7 @@ pub(crate) fn judge(
         name: format!("family {}", fs.family),
         dtype: fs.precision.static_name(),
         family: fs.family.clone(),
-        head: table(fs, s, &judged.results),
+        head: report::family::family_table(fs, s, &judged.results),
         judged,
         shard: fs.shard,
         harness_failure,
@@ -104,38 +103,12 @@ fn finish(
         shard: run.shard,
         harness_failure: run.harness_failure.clone(),
     };
-    print!("{}", run.head);
-    let text = report::human_report(&ctx, out.max_details);
-    let (body, summary) = match text.rfind("\nsummary:") {
-        Some(i) => text.split_at(i),
-        None => (text.as_str(), ""),
-    };
-    print!("{body}");
-    if !judged.not_given.is_empty() {
-        println!(
-            "\noptional outputs not given ({} cases; judged on the outputs given):",
-            judged.not_given.len()
-        );
-        for (id, names) in &judged.not_given {
-            println!("  {id}: {}", names.join(", "));
-        }
-    }
-    print!("{summary}");
+    print!(
+        "{}",
+        report::family::family_text(&ctx, &run.head, &judged.not_given, out.max_details)
+    );
     if let Some(p) = &out.report {
-        let mut doc = report::json_report(&ctx);
-        doc["family"] = json!(run.family);
-        if let Some(cases) = doc.get_mut("cases").and_then(Value::as_array_mut) {
-            for c in cases {
-                let id = c.get("id").and_then(Value::as_str).unwrap_or("");
-                let ng = judged
-                    .not_given
-                    .iter()
-                    .find(|(i, _)| i == id)
-                    .map(|(_, n)| n.clone())
-                    .unwrap_or_default();
-                c["not_given"] = json!(ng);
-            }
-        }
+        let doc = report::family::family_json(&ctx, &run.family, &judged.not_given);
         let text = serde_json::to_string_pretty(&doc).expect("json") + "\n";
         bnconf::formats::atomic::write_bytes(p, text.as_bytes())?;
     }
@@ -165,59 +138,4 @@ fn finish(
     } else {
         ExitCode::from(1)
     })
-}
-
-/// `run --family`'s table for the kernel in DIR: one row per family, a cell per level and
-/// dtype (verdict and worst ratio; `-` where nothing was judged).
-fn table(fs: &FamilySelection, s: &FamilySuite, results: &[CaseResult]) -> String {
-    let mut t = format!(
-        "bnconf check: family {} (seed {}{}), {} cases ({} excluded as ill-posed or non-discriminating) in {}\n",
-        fs.family,
-        fs.seed,
-        fs.shard.map(|sh| format!(", shard {sh}")).unwrap_or_default(),
-        s.cases.len(),
-        s.excluded.len(),
-        fs.precision.name()
-    );
-    t += "cell = verdict and worst ratio |error| / (u·(cond+mag)); conforming when ≤ k = 4 + 2·log2(n) (n: K, or the cells summed into dgamma/dbeta)\n\n";
-    let d = fs.precision.static_name();
-    t += &format!("{:<28}", "family");
-    for l in suite::family::FAMILY_LEVELS {
-        t += &format!(" {:>17}", format!("{} {d}", l.name()));
-    }
-    t += "  verdict\n";
-    for f in &fs.families {
-        let ops: Vec<&str> = f
-            .ops()
-            .iter()
-            .map(|o| bnconf_impl::family::Named::name(o))
-            .collect();
-        let mine: Vec<&CaseResult> = results.iter().filter(|r| ops.contains(&r.op)).collect();
-        t += &format!("{:<28}", bnconf_impl::family::Named::name(f));
-        for l in suite::family::FAMILY_LEVELS {
-            let sel: Vec<&CaseResult> = mine.iter().copied().filter(|r| r.level == l).collect();
-            let sm = summarize(sel.iter().copied());
-            let v = if sm.passed + sm.failed == 0 {
-                "-".to_string()
-            } else if sm.failed > 0 {
-                format!("FAIL({})", sm.failed)
-            } else {
-                "pass".into()
-            };
-            t += &format!(
-                " {:>17}",
-                format!("{v} {}", report::worst_cell(sel.iter().copied()))
-            );
-        }
-        let sm = summarize(mine.iter().copied());
-        let verdict = if sm.failed > 0 {
-            format!("FAIL ({} cases)", sm.failed)
-        } else if sm.passed == 0 {
-            "unsupported".into()
-        } else {
-            "conforms".into()
-        };
-        t += &format!("  {verdict}\n");
-    }
-    t + "\n"
 }

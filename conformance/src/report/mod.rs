@@ -7,6 +7,7 @@
 
 pub mod detail;
 pub mod expectations;
+pub mod family;
 pub mod html;
 pub mod json;
 

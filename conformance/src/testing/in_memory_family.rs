@@ -34,7 +34,7 @@ use crate::judge::verdict::{CaseResult, Verdict};
 use crate::protocol;
 use crate::protocol::family::{judge_one, FamilyWritten};
 use crate::report::{self, Context};
-use crate::suite::family::{family_draw, FamilySuite, FamilySuiteCase, FAMILY_LEVELS};
+use crate::suite::family::{family_draw, FamilySuite, FamilySuiteCase};
 use crate::suite::family_select::FamilySelection;
 use crate::suite::{self, parse_precision};
 use bnconf_impl::family::{Family, FamilyOp, Named};
@@ -274,7 +274,7 @@ impl InMemoryFamilySuite {
         Ok(finish(
             &ctx,
             &sel.family,
-            &table(sel, &self.suite, &results),
+            &report::family::family_table(sel, &self.suite, &results),
             &not_given,
             require_all,
             max_details,
@@ -292,35 +292,8 @@ fn finish(
     require_all: bool,
     max_details: usize,
 ) -> InMemoryReport {
-    let full = report::human_report(ctx, max_details);
-    let (body, summary) = match full.rfind("\nsummary:") {
-        Some(i) => full.split_at(i),
-        None => (full.as_str(), ""),
-    };
-    let mut text = format!("{head}{body}");
-    if !not_given.is_empty() {
-        text += &format!(
-            "\noptional outputs not given ({} cases; judged on the outputs given):\n",
-            not_given.len()
-        );
-        for (id, names) in not_given {
-            text += &format!("  {id}: {}\n", names.join(", "));
-        }
-    }
-    text += summary;
-    let mut doc = report::json_report(ctx);
-    doc["family"] = json!(family);
-    if let Some(cases) = doc.get_mut("cases").and_then(Value::as_array_mut) {
-        for c in cases {
-            let id = c.get("id").and_then(Value::as_str).unwrap_or("");
-            let ng = not_given
-                .iter()
-                .find(|(i, _)| i == id)
-                .map(|(_, n)| n.clone())
-                .unwrap_or_default();
-            c["not_given"] = json!(ng);
-        }
-    }
+    let text = report::family::family_text(ctx, head, not_given, max_details);
+    let doc = report::family::family_json(ctx, family, not_given);
     let sm = summarize(ctx.results);
     let ok = sm.failed == 0 && !(require_all && sm.unsupported > 0) && sm.passed > 0;
     InMemoryReport {
@@ -328,57 +301,6 @@ fn finish(
         text,
         ok,
     }
-}
-
-/// `check --family`'s table (cli/check_family.rs): one row per family, a cell per level
-/// (verdict and worst ratio; `-` where nothing was judged).
-fn table(fs: &FamilySelection, s: &FamilySuite, results: &[CaseResult]) -> String {
-    let mut t = format!(
-        "bnconf check: family {} (seed {}{}), {} cases ({} excluded as ill-posed or non-discriminating) in {}\n",
-        fs.family,
-        fs.seed,
-        fs.shard.map(|sh| format!(", shard {sh}")).unwrap_or_default(),
-        s.cases.len(),
-        s.excluded.len(),
-        fs.precision.name()
-    );
-    t += "cell = verdict and worst ratio |error| / (u·(cond+mag)); conforming when ≤ k = 4 + 2·log2(n) (n: K, or the cells summed into dgamma/dbeta)\n\n";
-    let d = fs.precision.static_name();
-    t += &format!("{:<28}", "family");
-    for l in FAMILY_LEVELS {
-        t += &format!(" {:>17}", format!("{} {d}", l.name()));
-    }
-    t += "  verdict\n";
-    for f in &fs.families {
-        let ops: Vec<&str> = f.ops().iter().map(|o| Named::name(o)).collect();
-        let mine: Vec<&CaseResult> = results.iter().filter(|r| ops.contains(&r.op)).collect();
-        t += &format!("{:<28}", Named::name(f));
-        for l in FAMILY_LEVELS {
-            let sel: Vec<&CaseResult> = mine.iter().copied().filter(|r| r.level == l).collect();
-            let sm = summarize(sel.iter().copied());
-            let v = if sm.passed + sm.failed == 0 {
-                "-".to_string()
-            } else if sm.failed > 0 {
-                format!("FAIL({})", sm.failed)
-            } else {
-                "pass".into()
-            };
-            t += &format!(
-                " {:>17}",
-                format!("{v} {}", report::worst_cell(sel.iter().copied()))
-            );
-        }
-        let sm = summarize(mine.iter().copied());
-        let verdict = if sm.failed > 0 {
-            format!("FAIL ({} cases)", sm.failed)
-        } else if sm.passed == 0 {
-            "unsupported".into()
-        } else {
-            "conforms".into()
-        };
-        t += &format!("  {verdict}\n");
-    }
-    t + "\n"
 }
 
 /// Judge what a kernel gave for one family case (prepared here): the case's result and its
