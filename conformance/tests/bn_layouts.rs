@@ -98,6 +98,78 @@ fn good_kernel_conforms_and_known_bad_is_rejected_on_every_new_layout() {
     }
 }
 
+/// The `extreme` and `replicated` suites have the new layouts too: `extreme` the range
+/// classes (`huge`, `tiny`) on each, `replicated` three classes on each, split across ranks
+/// as on nchw (N = 16 rows first, so a shard is a block of rows). On each layout the
+/// replicated good kernel conforms and a known-bad merge is rejected (the ranks simulated
+/// in process by `bnconf kernel`).
+#[test]
+fn extreme_and_replicated_suites_take_the_new_layouts() {
+    for (layout, _, axis) in LAYOUTS {
+        let d = scratch("bn-layouts", &format!("{layout}-extreme"));
+        let o = bnconf(&[
+            "export",
+            "--suite",
+            "extreme",
+            "--layouts",
+            layout,
+            "--out",
+            d.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+        let ids = case_ids(&manifest(&d));
+        for class in ["huge", "tiny"] {
+            assert!(
+                ids.iter()
+                    .any(|i| i.ends_with(&format!(".{layout}.f32.{class}"))),
+                "extreme {layout}: no {class} case in {ids:?}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&d);
+
+        for (kernel, code) in [("replicated-chan", 0), ("bad-rep-avg-var", 1)] {
+            let d = scratch("bn-layouts", &format!("{layout}-replicated-{kernel}"));
+            let o = bnconf(&[
+                "export",
+                "--suite",
+                "replicated",
+                "--layouts",
+                layout,
+                "--out",
+                d.to_str().unwrap(),
+            ]);
+            assert!(o.status.success(), "{}", text(&o));
+            let ids = case_ids(&manifest(&d));
+            for op in ["forward", "backward", "running_update"] {
+                for split in ["r3-empty", "r8-unequal"] {
+                    assert!(
+                        ids.iter()
+                            .any(|i| i.starts_with(&format!("{op}.{layout}.f32."))
+                                && i.ends_with(split)),
+                        "replicated {layout}: no {op} case split {split} in {ids:?}"
+                    );
+                }
+            }
+            let case: Value = serde_json::from_str(
+                &std::fs::read_to_string(d.join(&ids[0]).join("case.json")).unwrap(),
+            )
+            .unwrap();
+            assert_eq!(case["shape"][0], 16, "{layout}: N first");
+            assert_eq!(case["shape"][axis], 3, "{layout}: C on axis {axis}");
+            let o = bnconf(&["kernel", kernel, d.to_str().unwrap()]);
+            assert!(o.status.success(), "{}", text(&o));
+            let o = bnconf(&["check", "--suite", "replicated", d.to_str().unwrap()]);
+            assert_eq!(
+                o.status.code(),
+                Some(code),
+                "{layout} {kernel}: {}",
+                text(&o)
+            );
+            let _ = std::fs::remove_dir_all(&d);
+        }
+    }
+}
+
 /// StableHLO writes each new layout with the channel axis as `feature_index`; ONNX writes the
 /// channels-first ones and lists `ndhwc` as unsupported, with its reason.
 #[test]

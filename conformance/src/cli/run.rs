@@ -187,7 +187,7 @@ fn print_run_table(
         _ => names.join(", "),
     };
     let what = if suite_name == "replicated" {
-        "forward, backward, running_update × nchw, nhwc split across 2, 3, 4, 8 ranks (equal, unequal, one empty), the ranks simulated in process, in"
+        "forward, backward, running_update × nchw, nhwc (and nc, ncl, ncdhw, ndhwc: three classes) split across 2, 3, 4, 8 ranks (equal, unequal, one empty), the ranks simulated in process, in"
     } else {
         "every op × layout in"
     };

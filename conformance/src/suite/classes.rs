@@ -74,9 +74,12 @@ pub(super) fn shape_for(layout: Layout, k: ShapeKind) -> Vec<usize> {
 
 /// The classes that also run on the batch_norm layouts added in bnconf 0.3 (`nc`, `ncl`,
 /// `ncdhw`, `ndhwc`): one well-scaled core class and two conditioning ones (a large mean,
-/// a variance near eps), every op on each, so that the suite grows by a tenth or so rather
-/// than by four fifths. The seed's layouts run every class.
-pub(super) const NEW_LAYOUT_CLASSES: [&str; 3] = ["gaussian", "large-mean-1e3", "var-near-eps"];
+/// a variance near eps), every op on each, so that the default suite grows by a tenth or so
+/// rather than by four fifths; and the range level's two classes (`huge`, `tiny`: the
+/// `extreme` suite), so that every suite that has the seed's layouts has these too. The
+/// seed's layouts run every class.
+pub(super) const NEW_LAYOUT_CLASSES: [&str; 5] =
+    ["gaussian", "large-mean-1e3", "var-near-eps", "huge", "tiny"];
 
 /// Whether `class` runs on `layout` (see [`NEW_LAYOUT_CLASSES`]).
 pub(super) fn on_layout(class: &Class, layout: Layout) -> bool {

@@ -1,5 +1,6 @@
 //! The `replicated` suite (docs/FORMAT.md, "Replicated suites"): sync BN across R ranks.
-//! Each case is a whole-batch op (`forward`, `backward`, `running_update` on nchw/nhwc) whose
+//! Each case is a whole-batch op (`forward`, `backward`, `running_update` on nchw, nhwc, and
+//! nc, ncl, ncdhw, ndhwc for three classes) whose
 //! batch axis N is split across R ∈ {2, 3, 4, 8} ranks — equal splits, unequal ones, and
 //! splits with one empty rank — at the levels core and conditioning. The goldens are the
 //! whole-batch op's; what a rank holds is judged per rank (`judge::replicated`).
@@ -65,8 +66,10 @@ pub fn generate(root: &Rng, precisions: &[Precision], filter: &Filter) -> Vec<Su
                 if !filter.ops.is_empty() && !filter.ops.contains(&op) {
                     continue;
                 }
-                for layout in [Layout::Nchw, Layout::Nhwc] {
-                    if !filter.layouts.is_empty() && !filter.layouts.contains(&layout) {
+                for layout in LAYOUTS {
+                    if (!filter.layouts.is_empty() && !filter.layouts.contains(&layout))
+                        || !on_layout(&class, layout)
+                    {
                         continue;
                     }
                     for (split, sizes) in SPLITS {
@@ -84,10 +87,7 @@ pub fn generate(root: &Rng, precisions: &[Precision], filter: &Filter) -> Vec<Su
                             prec.name(),
                             class.name
                         );
-                        let shape = match layout {
-                            Layout::Nchw => vec![N, C, H, W],
-                            _ => vec![N, H, W, C],
-                        };
+                        let shape = shape(layout);
                         let mut rng = root.fork(&stream);
                         let mut case =
                             make_case_shaped(&mut rng, id, &class, prec, op, layout, shape);
@@ -99,6 +99,31 @@ pub fn generate(root: &Rng, precisions: &[Precision], filter: &Filter) -> Vec<Su
         }
     }
     cases
+}
+
+/// The layouts of the suite: every batch layout (the batch axis N first, so a rank's shard
+/// is a contiguous block of rows). The layouts added in 0.3 run the classes
+/// [`on_layout`] gives them (gaussian, a large mean, var near eps).
+pub const LAYOUTS: [Layout; 6] = [
+    Layout::Nchw,
+    Layout::Nhwc,
+    Layout::Nc,
+    Layout::Ncl,
+    Layout::Ncdhw,
+    Layout::Ndhwc,
+];
+
+/// The batch `[N, C, H, W]` on `layout`: the same N rows (the split axis) and C channels;
+/// H·W cells per row and channel on the spatial axes (`nc`: one cell per row and channel).
+fn shape(layout: Layout) -> Vec<usize> {
+    match layout {
+        Layout::Nhwc => vec![N, H, W, C],
+        Layout::Nc => vec![N, C],
+        Layout::Ncl => vec![N, C, H * W],
+        Layout::Ncdhw => vec![N, C, 1, H, W],
+        Layout::Ndhwc => vec![N, 1, H, W, C],
+        _ => vec![N, C, H, W],
+    }
 }
 
 /// Row offsets of the ranks: `offset_r = n_0 + ... + n_{r-1}`.
@@ -113,12 +138,12 @@ pub fn offsets(sizes: &[usize]) -> Vec<usize> {
         .collect()
 }
 
-/// Cells of one batch row (`C·H·W`) of a 4-d shape.
+/// Cells of one batch row (every axis after N: `C·H·W` of nchw) of a batch shape.
 pub fn row_len(shape: &[usize]) -> usize {
     shape[1..].iter().product()
 }
 
-/// Rank r's shard of a case: its rows of each cell array (nchw and nhwc both put N first, so
+/// Rank r's shard of a case: its rows of each cell array (every batch layout puts N first, so
 /// a shard is a contiguous block), copies of the per-channel inputs, `shape[0] = n_r`.
 pub fn shard(case: &SuiteCase, r: usize) -> SuiteCase {
     let (off, n) = (offsets(&case.shard_sizes)[r], case.shard_sizes[r]);
