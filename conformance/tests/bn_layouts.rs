@@ -98,6 +98,21 @@ fn good_kernel_conforms_and_known_bad_is_rejected_on_every_new_layout() {
     }
 }
 
+/// Export `suite` (f32) on one layout into `dir`; the case ids.
+fn export_suite(dir: &Path, suite: &str, layout: &str) -> Vec<String> {
+    let o = bnconf(&[
+        "export",
+        "--suite",
+        suite,
+        "--layouts",
+        layout,
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "export {suite} {layout}: {}", text(&o));
+    case_ids(&manifest(dir))
+}
+
 /// The `extreme` and `replicated` suites have the new layouts too: `extreme` the range
 /// classes (`huge`, `tiny`) on each, `replicated` three classes on each, split across ranks
 /// as on nchw (N = 16 rows first, so a shard is a block of rows). On each layout the
@@ -107,17 +122,7 @@ fn good_kernel_conforms_and_known_bad_is_rejected_on_every_new_layout() {
 fn extreme_and_replicated_suites_take_the_new_layouts() {
     for (layout, _, axis) in LAYOUTS {
         let d = scratch("bn-layouts", &format!("{layout}-extreme"));
-        let o = bnconf(&[
-            "export",
-            "--suite",
-            "extreme",
-            "--layouts",
-            layout,
-            "--out",
-            d.to_str().unwrap(),
-        ]);
-        assert!(o.status.success(), "{}", text(&o));
-        let ids = case_ids(&manifest(&d));
+        let ids = export_suite(&d, "extreme", layout);
         for class in ["huge", "tiny"] {
             assert!(
                 ids.iter()
@@ -129,17 +134,7 @@ fn extreme_and_replicated_suites_take_the_new_layouts() {
 
         for (kernel, code) in [("replicated-chan", 0), ("bad-rep-avg-var", 1)] {
             let d = scratch("bn-layouts", &format!("{layout}-replicated-{kernel}"));
-            let o = bnconf(&[
-                "export",
-                "--suite",
-                "replicated",
-                "--layouts",
-                layout,
-                "--out",
-                d.to_str().unwrap(),
-            ]);
-            assert!(o.status.success(), "{}", text(&o));
-            let ids = case_ids(&manifest(&d));
+            let ids = export_suite(&d, "replicated", layout);
             for op in ["forward", "backward", "running_update"] {
                 for split in ["r3-empty", "r8-unequal"] {
                     assert!(

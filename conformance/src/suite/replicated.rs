@@ -66,7 +66,7 @@ pub fn generate(root: &Rng, precisions: &[Precision], filter: &Filter) -> Vec<Su
                 if !filter.ops.is_empty() && !filter.ops.contains(&op) {
                     continue;
                 }
-                for layout in LAYOUTS {
+                for &layout in LAYOUTS {
                     if (!filter.layouts.is_empty() && !filter.layouts.contains(&layout))
                         || !on_layout(&class, layout)
                     {
@@ -104,14 +104,7 @@ pub fn generate(root: &Rng, precisions: &[Precision], filter: &Filter) -> Vec<Su
 /// The layouts of the suite: every batch layout (the batch axis N first, so a rank's shard
 /// is a contiguous block of rows). The layouts added in 0.3 run the classes
 /// [`on_layout`] gives them (gaussian, a large mean, var near eps).
-pub const LAYOUTS: [Layout; 6] = [
-    Layout::Nchw,
-    Layout::Nhwc,
-    Layout::Nc,
-    Layout::Ncl,
-    Layout::Ncdhw,
-    Layout::Ndhwc,
-];
+pub const LAYOUTS: &[Layout] = Layout::ALL.split_at(3).1; // every layout from nchw on
 
 /// The batch `[N, C, H, W]` on `layout`: the same N rows (the split axis) and C channels;
 /// H·W cells per row and channel on the spatial axes (`nc`: one cell per row and channel).
