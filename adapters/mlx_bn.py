@@ -14,7 +14,8 @@ dtypes), eps and momentum Python floats.
 - forward: the module in training mode gives y; `mean`, `var` are what the module normalizes
   with: its `_calc_stats(x)` (`mx.mean` and `mx.var(ddof=0)` over the non-channel axes).  The
   module keeps only the *unbiased* variance in `running_var`.
-- backward: `mx.vjp` of the training-mode module's y (weight = gamma, bias = 0) with
+- backward (a mixed-precision case is unsupported: MLX returns y in float32 for half x with
+  float32 weights): `mx.vjp` of the training-mode module's y (weight = gamma, bias = 0) with
   cotangent dy, with respect to x, weight, bias (`track_running_stats=False`, so no running
   update is traced; y is computed the same way).
 - eval: `bn.eval()` with `running_mean`/`running_var` = the handed-in mean/var; sync_forward:
@@ -90,6 +91,9 @@ def run_case(case, inp):
             bn.weight, bn.bias = w, b
             return training(bn, xx)
 
+        y = fn(xl, g, bn.bias)
+        if y.dtype != inp["dy"].dtype:
+            raise Unsupported(f"{NAME}: BatchNorm returns y as {y.dtype} for {x.dtype} x with {g.dtype} parameters")
         _, (dx, dg, db) = mx.vjp(fn, [xl, g, bn.bias], [mx.transpose(inp["dy"], to)])
         return {"dx": out(dx), "dgamma": dg, "dbeta": db}
 
