@@ -165,3 +165,11 @@ def family_base(case, name, rms_call):
         raise Unsupported(f"{name}: convention offset: {rms_call} computes weight*x*rstd; weight = 1 + gamma would be "
                           "rounded by the adapter in the parameters' dtype, not by the engine")
     return base
+
+
+def family_param_shape(case, shape):
+    """The shape of gamma/beta (and dgamma/dbeta) of a family case whose x has `shape` (the
+    case's layout): `[C]` for group_norm, the normalized shape for layer_norm/rms_norm."""
+    if case["op"].startswith("group_norm"):
+        return (shape[-1 if case["layout"] in ("nhwc", "ndhwc") else 1],)
+    return tuple(shape[len(shape) - int(case["normalized_ndim"]):])

@@ -44,7 +44,7 @@ import mlx.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _mlx import MX_DT, VERSION, serve  # noqa: E402
-from _protocol import Unsupported, family_base  # noqa: E402
+from _protocol import Unsupported, family_base, family_param_shape  # noqa: E402
 
 PYTORCH_COMPATIBLE = os.environ.get("MLX_GN_PYTORCH_COMPATIBLE", "0") == "1"
 PERMUTE = os.environ.get("MLX_GN_PERMUTE", "0") == "1"
@@ -107,10 +107,7 @@ def run_case(case, inputs):
 
     outs = case["outputs"]
     if "dbeta" in outs:
-        pshape = g.shape if g is not None else (
-            (x.shape[-1 if case["layout"] in ("nhwc", "ndhwc", "nc") else 1],) if base == "group_norm"
-            else x.shape[x.ndim - int(case["normalized_ndim"]):])
-        b = mx.zeros(pshape, dtype=MX_DT[case["param_dtype"]])
+        b = mx.zeros(family_param_shape(case, x.shape), dtype=MX_DT[case["param_dtype"]])
     names = ["dx"] + (["dgamma"] if "dgamma" in outs else []) + (["dbeta"] if "dbeta" in outs else [])
     primals = [x] + ([g] if "dgamma" in outs else []) + ([b] if "dbeta" in outs else [])
 
