@@ -18,11 +18,17 @@
 #                                            --compilers): torch_compile_bn (torch.compile, Inductor's CPU C++),
 #                                            openvino_bn (OpenVINO's CPU plugin), tinygrad_bn (tinygrad's CPU
 #                                            device, which compiles with clang), paddle_bn (PaddlePaddle's CPU
-#                                            kernels), tvm_bn (Apache TVM's Relax batch_norm built for the CPU
+#                                            kernels; paddle_family: its layer_norm, rms_norm, group_norm in six
+#                                            precisions, --family all), tvm_bn (Apache TVM's Relax batch_norm built for the CPU
 #                                            with LLVM), and the f32 diagnostic torch_compile_bn_dynamic
 #                                            (TORCH_COMPILE_DYNAMIC=1: Dynamo's default dynamic=None); with
 #                                            --heavy/--torch also those
-#        COMPILER_ADAPTERS="openvino_bn" ... --compilers   only those (default: all six)
+#        COMPILER_ADAPTERS="openvino_bn" ... --compilers   only those (default: all seven)
+#        bash adapters/run_all.sh --mlx      only MLX on the CPU (bash adapters/setup.sh --mlx): mlx_family
+#                                            (mx.fast.layer_norm/rms_norm, nn.GroupNorm as constructed by
+#                                            default) and mlx_family_ptc (nn.GroupNorm pytorch_compatible=True,
+#                                            group_norm only) in f32, f64, f16, bf16, f16+f32, bf16+f32, and
+#                                            mlx_bn (nn.BatchNorm) in the same six
 #        bash adapters/run_all.sh --replicated  only the replicated suite (sync BN across real replicas,
 #                                            bnconf check --suite replicated --timeout 900): flax_bn_sync(_twopass)
 #                                            (jax.pmap, 8 CPU devices), flax_bn_dist (jax.distributed, 2 processes),
@@ -44,6 +50,7 @@ TORCH=0
 STABLEHLO=0
 REPLICATED=0
 COMPILERS=0
+MLX=0
 for arg in "$@"; do
   case $arg in
     --heavy) HEAVY=1 ;;
@@ -51,7 +58,8 @@ for arg in "$@"; do
     --stablehlo) STABLEHLO=1 ;;
     --replicated) REPLICATED=1 ;;
     --compilers) COMPILERS=1 ;;
-    *) echo "usage: bash adapters/run_all.sh [--heavy] [--torch] [--stablehlo] [--replicated] [--compilers]" >&2; exit 2 ;;
+    --mlx) MLX=1 ;;
+    *) echo "usage: bash adapters/run_all.sh [--heavy] [--torch] [--stablehlo] [--replicated] [--compilers] [--mlx]" >&2; exit 2 ;;
   esac
 done
 # --stablehlo alone runs only the StableHLO set (its own venv); the cheap set needs adapters/.venv
@@ -60,6 +68,7 @@ if [ "$STABLEHLO" = 1 ] && [ "$HEAVY" = 0 ] && [ "$TORCH" = 0 ]; then MAIN=0; fi
 # --replicated alone runs only the replicated suite, --compilers alone only the compilers
 if [ "$REPLICATED" = 1 ] && [ "$STABLEHLO" = 0 ] && [ "$HEAVY" = 0 ] && [ "$TORCH" = 0 ]; then MAIN=0; fi
 if [ "$COMPILERS" = 1 ] && [ "$STABLEHLO" = 0 ] && [ "$HEAVY" = 0 ] && [ "$TORCH" = 0 ]; then MAIN=0; fi
+if [ "$MLX" = 1 ] && [ "$STABLEHLO" = 0 ] && [ "$HEAVY" = 0 ] && [ "$TORCH" = 0 ]; then MAIN=0; fi
 PY=${PY:-adapters/.venv/bin/python}
 SHLO_PY=${SHLO_PY:-adapters/.venv-stablehlo/bin/python}
 SHLO_ENGINES=${SHLO_ENGINES:-xla iree}
@@ -76,7 +85,7 @@ if [ "$REPLICATED" = 1 ] && ! "$BNCONF" check --help 2>/dev/null | grep -q -- '-
   exit 2
 fi
 echo "bnconf: $BNCONF"
-if [ "$MAIN" = 1 ] || [ "$REPLICATED" = 1 ] || [ "$COMPILERS" = 1 ]; then
+if [ "$MAIN" = 1 ] || [ "$REPLICATED" = 1 ] || [ "$COMPILERS" = 1 ] || [ "$MLX" = 1 ]; then
   [ -x "$PY" ] || { echo "run_all.sh: no $PY (run bash adapters/setup.sh)" >&2; exit 2; }
 fi
 if [ "$STABLEHLO" = 1 ]; then
@@ -110,19 +119,23 @@ if [ "$REPLICATED" = 1 ]; then
     exit 2
   fi
 fi
-COMPILER_ADAPTERS=${COMPILER_ADAPTERS:-torch_compile_bn torch_compile_bn_dynamic openvino_bn tinygrad_bn paddle_bn tvm_bn}
+COMPILER_ADAPTERS=${COMPILER_ADAPTERS:-torch_compile_bn torch_compile_bn_dynamic openvino_bn tinygrad_bn paddle_bn paddle_family tvm_bn}
 if [ "$COMPILERS" = 1 ]; then
   mods=""
   case " $COMPILER_ADAPTERS " in *" torch_compile_bn"*) mods="$mods, torch" ;; esac
   case " $COMPILER_ADAPTERS " in *" openvino_bn "*) mods="$mods, openvino" ;; esac
   case " $COMPILER_ADAPTERS " in *" tinygrad_bn "*) mods="$mods, tinygrad" ;; esac
-  case " $COMPILER_ADAPTERS " in *" paddle_bn "*) mods="$mods, paddle" ;; esac
+  case " $COMPILER_ADAPTERS " in *" paddle_"*) mods="$mods, paddle" ;; esac
   case " $COMPILER_ADAPTERS " in *" tvm_bn "*) mods="$mods, tvm" ;; esac
   mods=${mods#, }
   if [ -n "$mods" ] && ! "$PY" -c "import $mods" 2>/dev/null; then
     echo "run_all.sh: --compilers ($COMPILER_ADAPTERS) needs $mods in $PY (run bash adapters/setup.sh --compilers)" >&2
     exit 2
   fi
+fi
+if [ "$MLX" = 1 ] && ! "$PY" -c 'import mlx.core' 2>/dev/null; then
+  echo "run_all.sh: --mlx needs mlx in $PY (run bash adapters/setup.sh --mlx)" >&2
+  exit 2
 fi
 mkdir -p adapters/results
 worst=0
@@ -217,16 +230,27 @@ if [ "$STABLEHLO" = 1 ]; then
 fi
 if [ "$COMPILERS" = 1 ]; then
   for a in $COMPILER_ADAPTERS; do
+    extra=()
     case $a in
       torch_compile_bn|openvino_bn|tinygrad_bn|paddle_bn|tvm_bn) script=$a.py envs="" dtypes="f32 f64" ;;
+      # Paddle's F.layer_norm / F.rms_norm / F.group_norm and their autograd (the family suites)
+      paddle_family) script=$a.py envs="" dtypes="f32 f64 f16 bf16 f16+f32 bf16+f32" extra=(--family all) ;;
       # Diagnostic: torch.compile with Dynamo's default dynamic=None (symbolic sizes after the
       # first recompile), f32 only
       torch_compile_bn_dynamic) script=torch_compile_bn.py envs="TORCH_COMPILE_DYNAMIC=1" dtypes=f32 ;;
       *) echo "run_all.sh: COMPILER_ADAPTERS: unknown adapter $a" >&2; exit 2 ;;
     esac
     for dtype in $dtypes; do
-      run "$a" "$script" $dtype "$envs"
+      run "$a" "$script" $dtype "$envs" "${extra[@]}"
     done
+  done
+fi
+if [ "$MLX" = 1 ]; then
+  for dtype in f32 f64 f16 bf16 f16+f32 bf16+f32; do
+    run mlx_family mlx_family.py $dtype "" --family all
+    # nn.GroupNorm(..., pytorch_compatible=True): FORMAT.md's (and PyTorch's) consecutive groups
+    run mlx_family_ptc mlx_family.py $dtype "MLX_GN_PYTORCH_COMPATIBLE=1" --family group_norm
+    run mlx_bn mlx_bn.py $dtype ""
   done
 fi
 if [ "$REPLICATED" = 1 ]; then

@@ -44,32 +44,20 @@ tensors (torch.from_numpy, no copy through another dtype), in the case's dtype:
   count.
 """
 
-import json
 import os
 import sys
-import traceback
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _protocol import Unsupported, case_dirs  # noqa: E402
+from _protocol import Unsupported, family_base, main_precisions  # noqa: E402
 
 NAME = f"torch {torch.__version__} (CPU)"
 TORCH_DT = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf16": torch.bfloat16}
-NPY_DT = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "bf16": np.uint16}  # bf16: bit patterns
 CHANNELS_LAST = {"nhwc": (torch.channels_last, (0, 3, 1, 2), (0, 2, 3, 1)),
                  "ndhwc": (torch.channels_last_3d, (0, 4, 1, 2, 3), (0, 2, 3, 4, 1))}
-ACTIVATIONS = ("x", "dy", "y", "dx")
-
-
-def dtype_of(case, name):
-    """The protocol dtype of an input or output (FORMAT.md: x, dy, y, dx in `dtype`, the rest in
-    `param_dtype`)."""
-    return case["dtype"] if name in ACTIVATIONS else case["param_dtype"]
-
-
 def to_torch(a, dt):
     if dt == "bf16":
         return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
@@ -127,14 +115,7 @@ def statistics(op, case, x, g, b, eps):
 
 def run_case(case, inputs):
     op = case["op"]
-    base = op[: -len("_backward")] if op.endswith("_backward") else op
-    if base not in ("layer_norm", "rms_norm", "group_norm"):
-        raise Unsupported(f"{NAME}: op {op} not wired in this adapter")
-    if base == "rms_norm" and case.get("convention", "standard") == "offset":
-        raise Unsupported(
-            f"{NAME}: convention offset: F.rms_norm computes weight*x*rstd; weight = 1 + gamma would be "
-            "rounded by the adapter in the parameters' dtype, not by PyTorch"
-        )
+    base = family_base(case, NAME, "F.rms_norm")
     layout = case["layout"]
     eps = float(case["eps"])
     x = to_kernel_view(inputs["x"], layout)
@@ -178,62 +159,15 @@ def run_case(case, inputs):
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit(f"usage: {sys.argv[0]} DIR")
     # One intra-op thread by default, as torch_bn.py: the rows' dgamma/dbeta partial sums are
     # split per thread, so the reports' ratios would depend on the machine's core count.
     torch.set_num_threads(int(os.environ.get("TORCH_FAMILY_THREADS", "1")))
-    n_ok = n_unsup = n_err = 0
-    for d in case_dirs(sys.argv[1]):
-        with open(os.path.join(d, "case.json")) as f:
-            case = json.load(f)
-        out = os.path.join(d, "out")
-        os.makedirs(out, exist_ok=True)
-        try:
-            for key in ("dtype", "param_dtype"):
-                if case[key] not in TORCH_DT:
-                    raise Unsupported(f"{NAME}: {key} {case[key]} not wired in this adapter")
-            inputs = {}
-            for n in case["inputs"]:
-                a = np.load(os.path.join(d, n + ".npy"))
-                want = dtype_of(case, n)
-                if a.dtype != NPY_DT[want]:
-                    raise ValueError(f"{n}.npy has dtype {a.dtype}, case says {want}")
-                inputs[n] = to_torch(a, want)
-            try:
-                with torch.no_grad() if not case["op"].endswith("_backward") else torch.enable_grad():
-                    outs = run_case(case, inputs)
-            except (RuntimeError, TypeError, ValueError) as e:
-                if case["dtype"] != case["param_dtype"]:
-                    raise Unsupported(f"{NAME}: {case['op']} with {case['dtype']} x and {case['param_dtype']} parameters: "
-                                      f"PyTorch raises {type(e).__name__}: {str(e).splitlines()[0]}") from None
-                raise
-            optional = set(case.get("optional_outputs", []))
-            arrays = {}
-            for n in case["outputs"]:
-                if n not in outs:
-                    if n in optional:
-                        continue
-                    raise KeyError(f"{NAME} computed no {n}")
-                t, want = outs[n], dtype_of(case, n)
-                if t.dtype != TORCH_DT[want]:
-                    if n in optional:
-                        continue  # PyTorch keeps this statistic in another dtype: not given
-                    raise Unsupported(f"{NAME}: {case['op']} returns {n} as {t.dtype}, the case's {n} is {want}")
-                arrays[n] = to_numpy(t, want)
-            for n, a in arrays.items():
-                np.save(os.path.join(out, n + ".npy"), a)
-            n_ok += 1
-        except Unsupported as e:
-            with open(os.path.join(out, "unsupported"), "w") as f:
-                f.write(str(e) + "\n")
-            n_unsup += 1
-        except Exception as e:  # noqa: BLE001 - the case did not run: out/error says why
-            traceback.print_exc()
-            with open(os.path.join(out, "error"), "w") as f:
-                f.write(f"{type(e).__name__}: {e}\n")
-            n_err += 1
-    print(f"{NAME} (family): {n_ok} computed, {n_unsup} unsupported, {n_err} raised", file=sys.stderr)
+
+    def run(case, inputs):
+        with torch.no_grad() if not case["op"].endswith("_backward") else torch.enable_grad():
+            return run_case(case, inputs)
+
+    main_precisions(run, f"{NAME} (family)", "PyTorch", TORCH_DT, to_torch, to_numpy)
 
 
 if __name__ == "__main__":

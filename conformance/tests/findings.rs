@@ -161,6 +161,7 @@ fn family_finding_reproduces(d: &Path, name: &str) {
 /// models the engine's defect (a finding whose fingerprint changes fails here).
 const FAMILY_DIAGNOSIS: &[(&str, &str)] = &[
     ("onnxruntime-group-normalization-one-pass", "bad-gn-onepass"),
+    ("paddle-group-norm-one-pass", "bad-gn-onepass"),
     (
         "torch-layer-norm-backward-half-accumulation",
         "bad-ln-half-param-sums",
