@@ -27,6 +27,7 @@ from ._check import (
     check,
     encode_output,
     load_case,
+    run_suite_dir,
     write_outputs,
 )
 from ._dtypes import normalize_dtype
@@ -72,6 +73,7 @@ __all__ = [
     "judge",
     "encode_output",
     "load_case",
+    "run_suite_dir",
     "write_outputs",
     "normalize_dtype",
 ]

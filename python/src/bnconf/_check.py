@@ -181,6 +181,52 @@ def write_outputs(case_dir: str, case: Case, result) -> None:
         np.save(os.path.join(out, name + ".npy"), encode_output(case, name, value))
 
 
+def _write_note(case_dir: str, name: str, text: str) -> None:
+    out = os.path.join(case_dir, "out")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, name), "w") as f:
+        f.write(text + "\n")
+
+
+def run_suite_dir(kernel: Kernel, suite_dir: str, *, on_error=None) -> Dict[str, int]:
+    """The kernel directory protocol (docs/FORMAT.md) from Python: ``kernel`` on every case of
+    an exported suite directory (``bnconf export``'s manifest order, or every ``*/case.json``),
+    each case's result written to ``<case>/out/``: its outputs (:func:`write_outputs`),
+    ``unsupported`` (None, or :class:`Unsupported` raised, with the reason) or ``error`` (any
+    other exception: ``<type>: <message>``; ``on_error(case, exc)`` is called first). What
+    ``bnconf.check(..., in_process=False)`` runs before ``bnconf check DIR``, and what an
+    adapter script given to ``bnconf check --exec`` can call. Returns the counts
+    ``{"computed", "unsupported", "raised"}``."""
+    manifest = os.path.join(suite_dir, "manifest.json")
+    if os.path.exists(manifest):
+        with open(manifest) as f:
+            ids = json.load(f)["cases"]
+    else:
+        ids = sorted(
+            d for d in os.listdir(suite_dir) if os.path.exists(os.path.join(suite_dir, d, "case.json"))
+        )
+    counts = {"computed": 0, "unsupported": 0, "raised": 0}
+    for cid in ids:
+        cdir = os.path.join(suite_dir, cid)
+        case = load_case(cdir)
+        try:
+            with np.errstate(all="ignore"):
+                result = kernel(case)
+        except Unsupported as e:
+            _write_note(cdir, "unsupported", str(e) or "kernel raised Unsupported")
+            counts["unsupported"] += 1
+            continue
+        except Exception as e:  # the kernel failed on this case: out/error (FORMAT.md)
+            if on_error is not None:
+                on_error(case, e)
+            _write_note(cdir, "error", f"{type(e).__name__}: {e}")
+            counts["raised"] += 1
+            continue
+        write_outputs(cdir, case, result)
+        counts["unsupported" if result is None else "computed"] += 1
+    return counts
+
+
 def _list_arg(flag: str, v) -> list:
     if v is None:
         return []
@@ -280,25 +326,7 @@ def check(
                 raise ValueError(msg)
             raise RuntimeError(f"bnconf export failed (exit {p.returncode}): {msg}")
 
-        with open(os.path.join(suite_dir, "manifest.json")) as f:
-            ids = json.load(f)["cases"]
-        for cid in ids:
-            cdir = os.path.join(suite_dir, cid)
-            case = load_case(cdir)
-            try:
-                with np.errstate(all="ignore"):
-                    result = kernel(case)
-            except Unsupported as e:
-                os.makedirs(os.path.join(cdir, "out"), exist_ok=True)
-                with open(os.path.join(cdir, "out", "unsupported"), "w") as f:
-                    f.write((str(e) or "kernel raised Unsupported") + "\n")
-                continue
-            except Exception as e:  # the kernel failed on this case: out/error (FORMAT.md)
-                os.makedirs(os.path.join(cdir, "out"), exist_ok=True)
-                with open(os.path.join(cdir, "out", "error"), "w") as f:
-                    f.write(f"{type(e).__name__}: {e}\n")
-                continue
-            write_outputs(cdir, case, result)
+        run_suite_dir(kernel, suite_dir)
 
         report_path = os.path.join(tmp, "report.json")
         argv = [exe, "check", suite_dir, "--report", report_path]
