@@ -5,8 +5,13 @@
 #
 # Usage: bash adapters/run_all.sh            numpy_bn, onnxruntime_bn, onnxruntime_family (the cheap set)
 #        bash adapters/run_all.sh --heavy    also jax_bn(_stable), flax_bn(_twopass), tf_keras_bn, tf_fused_bn
-#                                            (bash adapters/setup.sh --heavy), and the Rust
+#                                            (bash adapters/setup.sh --heavy), the Flax family (--flax), and the Rust
 #                                            peers through adapters/rust/run.sh if it exists
+#        bash adapters/run_all.sh --flax     only Flax's family (jax, jaxlib, flax of requirements-heavy.txt; no
+#                                            TensorFlow needed): flax_family (nn.LayerNorm, nn.RMSNorm,
+#                                            nn.GroupNorm with Flax's defaults, use_fast_variance=True) and
+#                                            flax_family_twopass (FLAX_FAMILY_FAST_VARIANCE=0) in f32, f64, f16,
+#                                            bf16, f16+f32, bf16+f32, --family all
 #        bash adapters/run_all.sh --torch    also torch_bn, torch_family, torch_compile_family (PyTorch on CPU; setup.sh --torch;
 #                                            TORCH_BN_DEVICE=cuda on a GPU machine)
 #        bash adapters/run_all.sh --stablehlo  only the StableHLO adapter (bash adapters/setup.sh --stablehlo;
@@ -51,6 +56,7 @@ STABLEHLO=0
 REPLICATED=0
 COMPILERS=0
 MLX=0
+FLAX=0
 for arg in "$@"; do
   case $arg in
     --heavy) HEAVY=1 ;;
@@ -59,7 +65,8 @@ for arg in "$@"; do
     --replicated) REPLICATED=1 ;;
     --compilers) COMPILERS=1 ;;
     --mlx) MLX=1 ;;
-    *) echo "usage: bash adapters/run_all.sh [--heavy] [--torch] [--stablehlo] [--replicated] [--compilers] [--mlx]" >&2; exit 2 ;;
+    --flax) FLAX=1 ;;
+    *) echo "usage: bash adapters/run_all.sh [--heavy] [--torch] [--stablehlo] [--replicated] [--compilers] [--mlx] [--flax]" >&2; exit 2 ;;
   esac
 done
 # --stablehlo alone runs only the StableHLO set (its own venv); the cheap set needs adapters/.venv
@@ -69,6 +76,9 @@ if [ "$STABLEHLO" = 1 ] && [ "$HEAVY" = 0 ] && [ "$TORCH" = 0 ]; then MAIN=0; fi
 if [ "$REPLICATED" = 1 ] && [ "$STABLEHLO" = 0 ] && [ "$HEAVY" = 0 ] && [ "$TORCH" = 0 ]; then MAIN=0; fi
 if [ "$COMPILERS" = 1 ] && [ "$STABLEHLO" = 0 ] && [ "$HEAVY" = 0 ] && [ "$TORCH" = 0 ]; then MAIN=0; fi
 if [ "$MLX" = 1 ] && [ "$STABLEHLO" = 0 ] && [ "$HEAVY" = 0 ] && [ "$TORCH" = 0 ]; then MAIN=0; fi
+if [ "$FLAX" = 1 ] && [ "$STABLEHLO" = 0 ] && [ "$HEAVY" = 0 ] && [ "$TORCH" = 0 ]; then MAIN=0; fi
+# --heavy runs the Flax family too
+if [ "$HEAVY" = 1 ]; then FLAX=1; fi
 PY=${PY:-adapters/.venv/bin/python}
 SHLO_PY=${SHLO_PY:-adapters/.venv-stablehlo/bin/python}
 SHLO_ENGINES=${SHLO_ENGINES:-xla iree}
@@ -85,7 +95,7 @@ if [ "$REPLICATED" = 1 ] && ! "$BNCONF" check --help 2>/dev/null | grep -q -- '-
   exit 2
 fi
 echo "bnconf: $BNCONF"
-if [ "$MAIN" = 1 ] || [ "$REPLICATED" = 1 ] || [ "$COMPILERS" = 1 ] || [ "$MLX" = 1 ]; then
+if [ "$MAIN" = 1 ] || [ "$REPLICATED" = 1 ] || [ "$COMPILERS" = 1 ] || [ "$MLX" = 1 ] || [ "$FLAX" = 1 ]; then
   [ -x "$PY" ] || { echo "run_all.sh: no $PY (run bash adapters/setup.sh)" >&2; exit 2; }
 fi
 if [ "$STABLEHLO" = 1 ]; then
@@ -135,6 +145,10 @@ if [ "$COMPILERS" = 1 ]; then
 fi
 if [ "$MLX" = 1 ] && ! "$PY" -c 'import mlx.core' 2>/dev/null; then
   echo "run_all.sh: --mlx needs mlx in $PY (run bash adapters/setup.sh --mlx)" >&2
+  exit 2
+fi
+if [ "$FLAX" = 1 ] && ! "$PY" -c 'import jax, flax' 2>/dev/null; then
+  echo "run_all.sh: --flax needs jax and flax in $PY (run bash adapters/setup.sh --heavy, or pip install the jax, jaxlib, flax pins of adapters/requirements-heavy.txt)" >&2
   exit 2
 fi
 mkdir -p adapters/results
@@ -251,6 +265,14 @@ if [ "$MLX" = 1 ]; then
     # nn.GroupNorm(..., pytorch_compatible=True): FORMAT.md's (and PyTorch's) consecutive groups
     run mlx_family_ptc mlx_family.py $dtype "MLX_GN_PYTORCH_COMPATIBLE=1" --family group_norm
     run mlx_bn mlx_bn.py $dtype ""
+  done
+fi
+if [ "$FLAX" = 1 ]; then
+  # flax.linen.LayerNorm, RMSNorm, GroupNorm and their jax.vjp backwards (flax_family.py):
+  # Flax's defaults (use_fast_variance=True), and the two-pass variance it offers
+  for dtype in f32 f64 f16 bf16 f16+f32 bf16+f32; do
+    run flax_family flax_family.py $dtype "" --family all
+    run flax_family_twopass flax_family.py $dtype "FLAX_FAMILY_FAST_VARIANCE=0" --family all
   done
 fi
 if [ "$REPLICATED" = 1 ]; then

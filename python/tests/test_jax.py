@@ -276,10 +276,34 @@ def test_flax_family_modules(nn):
         bnconf.jax.check_flax_module(nn.LayerNorm, family="group_norm")
 
 
-def test_flax_mixed_precision_promotes_y_to_float32(nn):
-    # bf16 x with float32 params: Flax computes and returns y in float32 (dtype promotion),
-    # not the case's bfloat16: unsupported with the reason, never cast by bnconf
+def test_flax_mixed_precision(nn):
+    # bf16 x with float32 params: bnconf builds Flax's mixed-precision module (dtype=bfloat16,
+    # param_dtype=float32), whose y is bfloat16: every standard-convention case runs
     r = bnconf.jax.check_flax_module(nn.RMSNorm, dtype="bfloat16+float32")
+    assert r.summary["not_conforming"] == 0 and r.summary["malformed"] == 0
+    assert r.conforming and all("convention standard" in c.reason for c in r.unsupported)
+
+    # a user's module with dtype=None: Flax computes and returns y in float32 (dtype
+    # promotion), not the case's bfloat16: unsupported with the reason, never cast by bnconf
+    def promoting(case):
+        k = case.normalized_ndim
+        axes = tuple(range(-k, 0))
+        return nn.RMSNorm(epsilon=case.eps, use_scale=case.affine != "none",
+                          reduction_axes=axes, feature_axes=axes)  # fmt: skip
+
+    r = bnconf.jax.check_flax_module(promoting, family="rms_norm", dtype="bfloat16+float32")
     assert r.summary["not_conforming"] == 0 and r.summary["malformed"] == 0
     promoted = [c for c in r.unsupported if "returns y as float32" in c.reason]
     assert promoted and {c.op for c in promoted} == {"rms_norm", "rms_norm_backward"}
+
+
+def test_flax_family_module_sets_fields(nn):
+    # flax_family_module: the module check_flax_module builds, with a field changed
+    def two_pass(case):
+        return bnconf.jax.flax_family_module(nn.LayerNorm, case, use_fast_variance=False)
+
+    r = bnconf.jax.check_flax_module(two_pass, family="layer_norm", dtype="float32")
+    assert r.ok, r
+    assert r.summary["unsupported"] == 0
+    with pytest.raises(ValueError, match="not flax.linen.LayerNorm"):
+        bnconf.jax.flax_family_module(nn.BatchNorm, None)

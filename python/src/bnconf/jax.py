@@ -64,15 +64,19 @@ Both: ``device`` names a JAX platform (``"cpu"``, ``"gpu"``, ...); float64 suite
   where the case asks for ``dbeta``). rms_norm's ``offset`` cases are handed ``gamma`` as is.
 - ``check_flax_module(module)``: ``flax.linen.LayerNorm``/``RMSNorm`` built with
   ``reduction_axes = feature_axes`` = the last ``normalized_ndim`` axes, ``GroupNorm(num_groups
-  = groups)``, each with ``epsilon = eps``, ``use_scale``/``use_bias`` as the case's affine and
-  the case's ``param_dtype`` (Flax's other defaults kept: ``use_fast_variance=True``, whose
-  one-pass variance does not conform on the cancellation cases), or a callable ``case ->
-  flax.linen.Module`` whose params are named ``scale``/``bias``. ``y = module.apply(...)``
+  = groups)``, each with ``epsilon = eps``, ``use_scale``/``use_bias`` as the case's affine,
+  ``param_dtype`` the case's parameter dtype and ``dtype`` (Flax's result dtype) x's — for
+  half x with float32 parameters that is Flax's mixed precision, ``dtype=half,
+  param_dtype=float32``, where ``dtype=None`` would promote y to float32 — (Flax's other
+  defaults kept: ``use_fast_variance=True``, whose one-pass variance does not conform on the
+  cancellation cases), or a callable ``case -> flax.linen.Module`` whose params are named
+  ``scale``/``bias`` (``flax_family_module(cls, case, **fields)`` builds the former with
+  fields changed, e.g. ``use_fast_variance=False``). ``y = module.apply(...)``
   (Flax modules do not return their statistics: not given); backward ``jax.vjp`` w.r.t. x and
   the params. GroupNorm takes the channels last: x is moved there and ``y``/``dx`` back. RMSNorm
   (``scale·x·rstd``): the ``offset`` convention is unsupported, with the reason.
-- An output returned in another dtype than the case's (Flax promotes half x with float32
-  params to float32) is unsupported with the reason.
+- An output returned in another dtype than the case's (a user's module with ``dtype=None``:
+  Flax promotes half x with float32 params to a float32 y) is unsupported with the reason.
 
 """
 
@@ -376,19 +380,23 @@ def _family_function_kernel(fn, family: str, device: str, label: str):
     return kernel
 
 
-def _family_flax_build(nn, cls, case: Case):
+def _family_flax_build(nn, cls, case: Case, **fields):
     """The flax.linen module of ``cls`` for a family case: ``LayerNorm``/``RMSNorm`` over the
     last ``normalized_ndim`` axes (``reduction_axes = feature_axes``), ``GroupNorm(groups)``
-    (channels last), with ``use_scale``/``use_bias`` as the case's affine and ``param_dtype``
-    the case's; the other fields Flax's defaults."""
+    (channels last), with ``use_scale``/``use_bias`` as the case's affine, ``param_dtype`` the
+    case's parameter dtype and ``dtype`` (Flax's result dtype) x's: half x with float32
+    parameters is Flax's mixed precision, ``dtype=half, param_dtype=float32`` (with
+    ``dtype=None`` Flax would promote y to float32). ``fields`` (e.g. ``use_fast_variance``)
+    are passed on; the other fields Flax's defaults."""
     name = _flax_class(cls)
     eps = float(case.eps)
     use_scale = case.affine != "none"
     use_bias = case.affine == "weight_bias"
-    dt = _jax()[1].dtype(case.param_dtype)
+    jnp = _jax()[1]
+    fields = dict(fields, param_dtype=jnp.dtype(case.param_dtype), dtype=jnp.dtype(case.dtype))
     if name == "GroupNorm":
         return cls(num_groups=int(case.groups), epsilon=eps, use_scale=use_scale,
-                   use_bias=use_bias, param_dtype=dt)  # fmt: skip
+                   use_bias=use_bias, **fields)  # fmt: skip
     k = int(case.normalized_ndim)
     axes = tuple(range(-k, 0))
     if name == "RMSNorm":
@@ -398,9 +406,22 @@ def _family_flax_build(nn, cls, case: Case):
                 "(1 + gamma)*x*rstd (offset); scale = 1 + gamma would be rounded by bnconf"
             )
         return cls(epsilon=eps, use_scale=use_scale, reduction_axes=axes, feature_axes=axes,
-                   param_dtype=dt)  # fmt: skip
+                   **fields)  # fmt: skip
     return cls(epsilon=eps, use_scale=use_scale, use_bias=use_bias, reduction_axes=axes,
-               feature_axes=axes, param_dtype=dt)  # fmt: skip
+               feature_axes=axes, **fields)  # fmt: skip
+
+
+def flax_family_module(cls, case: Case, **fields):
+    """The module :func:`check_flax_module` builds from the flax.linen class ``cls``
+    (``LayerNorm``, ``RMSNorm``, ``GroupNorm`` or a subclass) for a family case (the module
+    docstring says how), with ``fields`` (e.g. ``use_fast_variance=False``) set too: for a
+    callable ``case -> Module`` that changes one of Flax's defaults and keeps the rest, e.g.
+    ``flax_module_kernel(lambda c: flax_family_module(nn.LayerNorm, c, use_fast_variance=False),
+    family="layer_norm")``."""
+    name = _flax_class(cls) if isinstance(cls, type) else None
+    if FLAX_FAMILY.get(name or "") not in ("layer_norm", "rms_norm", "group_norm"):
+        raise ValueError(f"{cls!r} is not flax.linen.LayerNorm, RMSNorm or GroupNorm")
+    return _family_flax_build(_linen(), cls, case, **fields)
 
 
 def _family_flax_kernel(module, family: str, device: str, label: str):
@@ -638,6 +659,7 @@ __all__ = [
     "assert_function_conforms",
     "check_flax_module",
     "check_function",
+    "flax_family_module",
     "flax_module_kernel",
     "function_kernel",
 ]
