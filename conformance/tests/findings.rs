@@ -160,6 +160,7 @@ fn family_finding_reproduces(d: &Path, name: &str) {
 /// The built-in known-bad kernel each family finding's diagnosis names first: the kernel that
 /// models the engine's defect (a finding whose fingerprint changes fails here).
 const FAMILY_DIAGNOSIS: &[(&str, &str)] = &[
+    ("flax-layernorm-fast-variance", "bad-ln-onepass"),
     ("onnxruntime-group-normalization-one-pass", "bad-gn-onepass"),
     ("paddle-group-norm-one-pass", "bad-gn-onepass"),
     (
