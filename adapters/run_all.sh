@@ -148,7 +148,7 @@ if [ "$MLX" = 1 ] && ! "$PY" -c 'import mlx.core' 2>/dev/null; then
   exit 2
 fi
 if [ "$FLAX" = 1 ] && ! "$PY" -c 'import jax, flax' 2>/dev/null; then
-  echo "run_all.sh: --flax needs jax and flax in $PY (run bash adapters/setup.sh --heavy, or pip install the jax, jaxlib, flax pins of adapters/requirements-heavy.txt)" >&2
+  echo "run_all.sh: --flax needs jax and flax in $PY (run bash adapters/setup.sh --flax or --heavy)" >&2
   exit 2
 fi
 mkdir -p adapters/results

@@ -15,6 +15,8 @@
 #                                          venv; torch.compile's Inductor needs a C++ compiler (g++) and
 #                                          tinygrad's CPU device needs clang: this step checks for both
 #                                          and says what to install (Debian: apt-get install g++ clang)
+#        bash adapters/setup.sh --flax     also only jax, jaxlib, flax (their pins in requirements-heavy.txt;
+#                                          no TensorFlow), same venv: adapters/flax_family.py (run_all.sh --flax)
 #        bash adapters/setup.sh --mlx      also MLX's Linux CPU build (requirements-mlx.txt: mlx[cpu]),
 #                                          same venv: adapters/mlx_family.py, adapters/mlx_bn.py
 #        bash adapters/setup.sh --stablehlo  only the StableHLO adapter's own venv
@@ -34,8 +36,9 @@ for arg in "$@"; do
     --replicated) reqs+=(-r adapters/requirements-heavy.txt -r adapters/requirements-torch.txt); main_venv=2 ;;
     --compilers) reqs+=(-r adapters/requirements-torch.txt -r adapters/requirements-compilers.txt); main_venv=2; compilers=1 ;;
     --mlx) reqs+=(-r adapters/requirements-mlx.txt); main_venv=2 ;;
+    --flax) reqs+=($(grep -E '^(jax|jaxlib|flax)==' adapters/requirements-heavy.txt)); main_venv=2 ;;
     --stablehlo) stablehlo=1 ;;
-    *) echo "usage: bash adapters/setup.sh [--heavy] [--torch] [--replicated] [--compilers] [--mlx] [--stablehlo]" >&2; exit 2 ;;
+    *) echo "usage: bash adapters/setup.sh [--heavy] [--torch] [--replicated] [--compilers] [--mlx] [--flax] [--stablehlo]" >&2; exit 2 ;;
   esac
 done
 if [ "$stablehlo" = 1 ]; then
