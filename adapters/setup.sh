@@ -15,6 +15,10 @@
 #                                          venv; torch.compile's Inductor needs a C++ compiler (g++) and
 #                                          tinygrad's CPU device needs clang: this step checks for both
 #                                          and says what to install (Debian: apt-get install g++ clang)
+#        bash adapters/setup.sh --keras    Keras 3 and its backends (adapters/keras_family.py, keras_bn.py;
+#                                          run_all.sh --keras): requirements-heavy.txt (keras, jax,
+#                                          jaxlib, tensorflow-cpu; ml_dtypes comes with them) and
+#                                          requirements-torch.txt (torch), same venv
 #        bash adapters/setup.sh --mlx      also MLX's Linux CPU build (requirements-mlx.txt: mlx[cpu]),
 #                                          same venv: adapters/mlx_family.py, adapters/mlx_bn.py
 #        bash adapters/setup.sh --stablehlo  only the StableHLO adapter's own venv
@@ -34,8 +38,9 @@ for arg in "$@"; do
     --replicated) reqs+=(-r adapters/requirements-heavy.txt -r adapters/requirements-torch.txt); main_venv=2 ;;
     --compilers) reqs+=(-r adapters/requirements-torch.txt -r adapters/requirements-compilers.txt); main_venv=2; compilers=1 ;;
     --mlx) reqs+=(-r adapters/requirements-mlx.txt); main_venv=2 ;;
+    --keras) reqs+=(-r adapters/requirements-heavy.txt -r adapters/requirements-torch.txt); main_venv=2 ;;
     --stablehlo) stablehlo=1 ;;
-    *) echo "usage: bash adapters/setup.sh [--heavy] [--torch] [--replicated] [--compilers] [--mlx] [--stablehlo]" >&2; exit 2 ;;
+    *) echo "usage: bash adapters/setup.sh [--heavy] [--torch] [--replicated] [--compilers] [--mlx] [--keras] [--stablehlo]" >&2; exit 2 ;;
   esac
 done
 if [ "$stablehlo" = 1 ]; then
