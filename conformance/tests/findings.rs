@@ -162,6 +162,8 @@ fn family_finding_reproduces(d: &Path, name: &str) {
 const FAMILY_DIAGNOSIS: &[(&str, &str)] = &[
     ("onnxruntime-group-normalization-one-pass", "bad-gn-onepass"),
     ("paddle-group-norm-one-pass", "bad-gn-onepass"),
+    ("keras-torch-numpy-moments-one-pass", "bad-gn-onepass"),
+    ("keras-rms-normalization-scale-autocast", "bad-rms-bf16-dgamma"),
     (
         "torch-layer-norm-backward-half-accumulation",
         "bad-ln-half-param-sums",
