@@ -22,9 +22,11 @@ torch and numpy: `mean(x²) − mean(x)²` (one pass) — then `ops.batch_normal
 - backward: the backend's autograd (_keras.vjp) of `layer(x, training=True)` with cotangent
   dy, with respect to x, gamma, beta (beta = 0).  NumPy backend: unsupported (no autograd).
 - eval: `layer(x, training=False)` with moving_mean/moving_variance = the handed-in mean/var.
-- sync_forward: eval with moving_variance = m2 − mean·mean formed with `keras.ops` in the
-  variables' dtype (glue, as tf_keras_bn.py: Keras's synchronized=True all-reduces per-replica
-  sums inside a tf.distribute strategy, only on the TensorFlow backend).
+- sync_forward: eval with moving_variance = m2 − mean·mean formed by NumPy on the host in the
+  statistics' dtype (glue, as tf_keras_bn.py: Keras's synchronized=True all-reduces
+  per-replica sums inside a tf.distribute strategy, only on the TensorFlow backend; not
+  keras.ops, whose numpy backend would promote float64 to float32; bf16 through ml_dtypes:
+  the product rounded to bf16, the difference formed in float32 and rounded to bf16).
 - running_update, convention `onnx`: Keras's own update with momentum = a, the moving
   statistics = the handed-in running ones, one `layer(x, training=True)`, read back.  Keras
   blends the biased variance with the old value's weight a: the onnx convention.  `pytorch`:
@@ -37,7 +39,10 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _keras import VERSION, assign, keras, policy, serve, vjp  # noqa: E402
+import ml_dtypes  # noqa: E402
+import numpy as np  # noqa: E402
+
+from _keras import VERSION, _Out, assign, keras, policy, serve, to_keras, to_numpy, vjp  # noqa: E402
 from _protocol import AXES, Unsupported  # noqa: E402
 
 NAME = f"{VERSION} BatchNormalization"
@@ -51,6 +56,19 @@ def layer_for(case, x, gamma=None, beta=None, mean=None, var=None, **kw):
         if a is not None:
             assign(v, a)
     return layer
+
+
+def host_var(case, m2, mean):
+    """m2 − mean·mean in the statistics' dtype, formed by NumPy on the host (glue: keras.ops would
+    promote float64 to float32 on the numpy backend, keras.backend.result_type's rule); bf16
+    through ml_dtypes (each product of two bf16 is exact in float32, then one rounding)."""
+    want = case.get("param_dtype", case["dtype"])
+    m2, mean = to_numpy(_Out(m2), want), to_numpy(_Out(mean), want)
+    if want == "bf16":
+        m2, mean = m2.view(ml_dtypes.bfloat16), mean.view(ml_dtypes.bfloat16)
+        return (m2.astype(np.float32) - (mean.astype(np.float32) * mean.astype(np.float32)).astype(ml_dtypes.bfloat16)
+                .astype(np.float32)).astype(ml_dtypes.bfloat16).view(np.uint16)
+    return m2 - mean * mean
 
 
 def training(layer, x):
@@ -78,7 +96,7 @@ def run_case(case, inp):
         return {"y": layer(x, training=False)}
     if op == "sync_forward":
         mean = inp["mean"]
-        var = keras.ops.subtract(inp["m2"], keras.ops.multiply(mean, mean))
+        var = to_keras(host_var(case, inp["m2"], mean), case.get("param_dtype", case["dtype"]))
         layer = layer_for(case, x, inp["gamma"], inp["beta"], mean, var)
         return {"y": layer(x, training=False)}
     # running_update

@@ -32,7 +32,7 @@
 #        bash adapters/run_all.sh --keras    only Keras 3 on its backends (bash adapters/setup.sh --keras):
 #                                            keras_family_<backend> (LayerNormalization, RMSNormalization,
 #                                            GroupNormalization) in f32, f64, f16, bf16, f16+f32, bf16+f32 and
-#                                            keras_bn_<backend> (BatchNormalization) in f32, f64
+#                                            keras_bn_<backend> (BatchNormalization) in the same six
 #        KERAS_BACKENDS="jax torch" ... --keras   only those backends (default: jax torch tensorflow numpy)
 #        bash adapters/run_all.sh --replicated  only the replicated suite (sync BN across real replicas,
 #                                            bnconf check --suite replicated --timeout 900): flax_bn_sync(_twopass)
@@ -280,7 +280,7 @@ if [ "$KERAS" = 1 ]; then
     for dtype in f32 f64 f16 bf16 f16+f32 bf16+f32; do
       run keras_family_$b keras_family.py $dtype "KERAS_BACKEND=$b" --family all
     done
-    for dtype in f32 f64; do
+    for dtype in f32 f64 f16 bf16 f16+f32 bf16+f32; do
       run keras_bn_$b keras_bn.py $dtype "KERAS_BACKEND=$b"
     done
   done
