@@ -34,6 +34,11 @@
 #                                            default) and mlx_family_ptc (nn.GroupNorm pytorch_compatible=True,
 #                                            group_norm only) in f32, f64, f16, bf16, f16+f32, bf16+f32, and
 #                                            mlx_bn (nn.BatchNorm) in the same six
+#        bash adapters/run_all.sh --keras    only Keras 3 on its backends (bash adapters/setup.sh --keras):
+#                                            keras_family_<backend> (LayerNormalization, RMSNormalization,
+#                                            GroupNormalization) in f32, f64, f16, bf16, f16+f32, bf16+f32 and
+#                                            keras_bn_<backend> (BatchNormalization) in the same six
+#        KERAS_BACKENDS="jax torch" ... --keras   only those backends (default: jax torch tensorflow numpy)
 #        bash adapters/run_all.sh --replicated  only the replicated suite (sync BN across real replicas,
 #                                            bnconf check --suite replicated --timeout 900): flax_bn_sync(_twopass)
 #                                            (jax.pmap, 8 CPU devices), flax_bn_dist (jax.distributed, 2 processes),
@@ -57,6 +62,7 @@ REPLICATED=0
 COMPILERS=0
 MLX=0
 FLAX=0
+KERAS=0
 for arg in "$@"; do
   case $arg in
     --heavy) HEAVY=1 ;;
@@ -66,7 +72,8 @@ for arg in "$@"; do
     --compilers) COMPILERS=1 ;;
     --mlx) MLX=1 ;;
     --flax) FLAX=1 ;;
-    *) echo "usage: bash adapters/run_all.sh [--heavy] [--torch] [--stablehlo] [--replicated] [--compilers] [--mlx] [--flax]" >&2; exit 2 ;;
+    --keras) KERAS=1 ;;
+    *) echo "usage: bash adapters/run_all.sh [--heavy] [--torch] [--stablehlo] [--replicated] [--compilers] [--mlx] [--flax] [--keras]" >&2; exit 2 ;;
   esac
 done
 # --stablehlo alone runs only the StableHLO set (its own venv); the cheap set needs adapters/.venv
@@ -79,6 +86,7 @@ if [ "$MLX" = 1 ] && [ "$STABLEHLO" = 0 ] && [ "$HEAVY" = 0 ] && [ "$TORCH" = 0 
 if [ "$FLAX" = 1 ] && [ "$STABLEHLO" = 0 ] && [ "$HEAVY" = 0 ] && [ "$TORCH" = 0 ]; then MAIN=0; fi
 # --heavy runs the Flax family too
 if [ "$HEAVY" = 1 ]; then FLAX=1; fi
+if [ "$KERAS" = 1 ] && [ "$STABLEHLO" = 0 ] && [ "$HEAVY" = 0 ] && [ "$TORCH" = 0 ]; then MAIN=0; fi
 PY=${PY:-adapters/.venv/bin/python}
 SHLO_PY=${SHLO_PY:-adapters/.venv-stablehlo/bin/python}
 SHLO_ENGINES=${SHLO_ENGINES:-xla iree}
@@ -95,7 +103,7 @@ if [ "$REPLICATED" = 1 ] && ! "$BNCONF" check --help 2>/dev/null | grep -q -- '-
   exit 2
 fi
 echo "bnconf: $BNCONF"
-if [ "$MAIN" = 1 ] || [ "$REPLICATED" = 1 ] || [ "$COMPILERS" = 1 ] || [ "$MLX" = 1 ] || [ "$FLAX" = 1 ]; then
+if [ "$MAIN" = 1 ] || [ "$REPLICATED" = 1 ] || [ "$COMPILERS" = 1 ] || [ "$MLX" = 1 ] || [ "$FLAX" = 1 ] || [ "$KERAS" = 1 ]; then
   [ -x "$PY" ] || { echo "run_all.sh: no $PY (run bash adapters/setup.sh)" >&2; exit 2; }
 fi
 if [ "$STABLEHLO" = 1 ]; then
@@ -150,6 +158,18 @@ fi
 if [ "$FLAX" = 1 ] && ! "$PY" -c 'import jax, flax' 2>/dev/null; then
   echo "run_all.sh: --flax needs jax and flax in $PY (run bash adapters/setup.sh --flax or --heavy)" >&2
   exit 2
+fi
+KERAS_BACKENDS=${KERAS_BACKENDS:-jax torch tensorflow numpy}
+if [ "$KERAS" = 1 ]; then
+  for b in $KERAS_BACKENDS; do
+    case $b in
+      jax|torch|tensorflow) mod=$b ;;
+      numpy) mod=numpy ;;
+      *) echo "run_all.sh: KERAS_BACKENDS: unknown backend $b (jax, torch, tensorflow, numpy)" >&2; exit 2 ;;
+    esac
+    "$PY" -c "import keras, ml_dtypes, $mod" 2>/dev/null || {
+      echo "run_all.sh: --keras ($b) needs keras, ml_dtypes and $mod in $PY (run bash adapters/setup.sh --keras)" >&2; exit 2; }
+  done
 fi
 mkdir -p adapters/results
 worst=0
@@ -273,6 +293,18 @@ if [ "$FLAX" = 1 ]; then
   for dtype in f32 f64 f16 bf16 f16+f32 bf16+f32; do
     run flax_family flax_family.py $dtype "" --family all
     run flax_family_twopass flax_family.py $dtype "FLAX_FAMILY_FAST_VARIANCE=0" --family all
+  done
+fi
+if [ "$KERAS" = 1 ]; then
+  # Keras 3's layers on each backend (KERAS_BACKEND, read when keras is imported); the NumPy
+  # backend has no autograd: its backward cases are unsupported
+  for b in $KERAS_BACKENDS; do
+    for dtype in f32 f64 f16 bf16 f16+f32 bf16+f32; do
+      run keras_family_$b keras_family.py $dtype "KERAS_BACKEND=$b" --family all
+    done
+    for dtype in f32 f64 f16 bf16 f16+f32 bf16+f32; do
+      run keras_bn_$b keras_bn.py $dtype "KERAS_BACKEND=$b"
+    done
   done
 fi
 if [ "$REPLICATED" = 1 ]; then

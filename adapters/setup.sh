@@ -17,6 +17,10 @@
 #                                          and says what to install (Debian: apt-get install g++ clang)
 #        bash adapters/setup.sh --flax     also only jax, jaxlib, flax (their pins in requirements-heavy.txt;
 #                                          no TensorFlow), same venv: adapters/flax_family.py (run_all.sh --flax)
+#        bash adapters/setup.sh --keras    Keras 3 and its backends (adapters/keras_family.py, keras_bn.py;
+#                                          run_all.sh --keras): requirements-heavy.txt (keras, jax,
+#                                          jaxlib, tensorflow-cpu; ml_dtypes comes with them) and
+#                                          requirements-torch.txt (torch), same venv
 #        bash adapters/setup.sh --mlx      also MLX's Linux CPU build (requirements-mlx.txt: mlx[cpu]),
 #                                          same venv: adapters/mlx_family.py, adapters/mlx_bn.py
 #        bash adapters/setup.sh --stablehlo  only the StableHLO adapter's own venv
@@ -37,8 +41,9 @@ for arg in "$@"; do
     --compilers) reqs+=(-r adapters/requirements-torch.txt -r adapters/requirements-compilers.txt); main_venv=2; compilers=1 ;;
     --mlx) reqs+=(-r adapters/requirements-mlx.txt); main_venv=2 ;;
     --flax) reqs+=($(grep -E '^(jax|jaxlib|flax)==' adapters/requirements-heavy.txt)); main_venv=2 ;;
+    --keras) reqs+=(-r adapters/requirements-heavy.txt -r adapters/requirements-torch.txt); main_venv=2 ;;
     --stablehlo) stablehlo=1 ;;
-    *) echo "usage: bash adapters/setup.sh [--heavy] [--torch] [--replicated] [--compilers] [--mlx] [--flax] [--stablehlo]" >&2; exit 2 ;;
+    *) echo "usage: bash adapters/setup.sh [--heavy] [--torch] [--replicated] [--compilers] [--mlx] [--flax] [--keras] [--stablehlo]" >&2; exit 2 ;;
   esac
 done
 if [ "$stablehlo" = 1 ]; then
