@@ -10,6 +10,7 @@ use super::rng::*;
 use super::{replicated, scale};
 use crate::fast::acc::exact_dot;
 use crate::fast::exact_f64 as q;
+use crate::par::*;
 use bnconf_spec::exact::round::FloatFormat;
 use bnconf_spec::exact::QSqrt;
 use bnconf_spec::op::Convention;
@@ -103,8 +104,14 @@ pub fn generate_in(
         _ => None,
     };
     if let Some((generated, why_not)) = own {
-        for case in generated {
-            match why_not(&case).or_else(|| non_discriminating(&case)) {
+        // Each case's exclusion (ill-posed, non-discriminating: the control kernels run on
+        // it) is decided on its own, in parallel; the suite keeps the generated order.
+        let reasons: Vec<Option<String>> = generated
+            .par_iter()
+            .map(|case| why_not(case).or_else(|| non_discriminating(case)))
+            .collect();
+        for (case, reason) in generated.into_iter().zip(reasons) {
+            match reason {
                 Some(why) => excluded.push((case.id, why)),
                 None => cases.push(case),
             }

@@ -5,6 +5,7 @@
 //! (`judge::check::judged_fast`): exact per-channel constants, double-double per element.
 
 use super::{to_dtype, Filter, Level, Precision, Rng, SuiteCase};
+use crate::par::*;
 use bnconf_spec::exact::round::FloatFormat;
 use bnconf_spec::{Geometry, Layout, Op};
 use std::collections::BTreeMap;
@@ -78,9 +79,11 @@ pub const SHAPES: [ScaleShape; 5] = [
     },
 ];
 
-/// Every case of the suite in the precisions given (before the ill-posed are left out).
+/// Every case of the suite in the precisions given (before the ill-posed are left out), in
+/// the suite's order. Each case draws from its own stream (forked by its id), so the cases are
+/// made in parallel and the suite is the same bytes whatever the thread count.
 pub fn generate(root: &Rng, precisions: &[Precision], filter: &Filter) -> Vec<SuiteCase> {
-    let mut cases = Vec::new();
+    let mut specs = Vec::new();
     for &prec in precisions {
         for sc in &SHAPES {
             for op in [Op::Forward, Op::Backward] {
@@ -88,13 +91,16 @@ pub fn generate(root: &Rng, precisions: &[Precision], filter: &Filter) -> Vec<Su
                     if (filter.ops.is_empty() || filter.ops.contains(&op))
                         && (filter.layouts.is_empty() || filter.layouts.contains(&layout))
                     {
-                        cases.push(make(root, sc, prec, op, layout));
+                        specs.push((sc, prec, op, layout));
                     }
                 }
             }
         }
     }
-    cases
+    specs
+        .into_par_iter()
+        .map(|(sc, prec, op, layout)| make(root, sc, prec, op, layout))
+        .collect()
 }
 
 /// The case of a shape, op, layout and precision (random stream forked from the suite seed
