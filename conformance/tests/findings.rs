@@ -162,6 +162,7 @@ fn family_finding_reproduces(d: &Path, name: &str) {
 const FAMILY_DIAGNOSIS: &[(&str, &str)] = &[
     ("onnxruntime-group-normalization-one-pass", "bad-gn-onepass"),
     ("paddle-group-norm-one-pass", "bad-gn-onepass"),
+    ("mlx-fast-norm-f64-float32-fallback", "bad-ln-f32-compute"),
     (
         "torch-layer-norm-backward-half-accumulation",
         "bad-ln-half-param-sums",
