@@ -442,3 +442,31 @@ fn half_precision_shrinks_are_read_back_as_case_files() {
         text(&o)
     );
 }
+
+/// A mixed-precision case file (`param_dtype` other than `dtype`) is refused, naming
+/// `param_dtype`, as `--dtype f16+f32` is (it was read as the pure half precision).
+#[test]
+fn a_mixed_case_file_is_refused_naming_param_dtype() {
+    let root = scratch("shrink", "mixed-file");
+    std::fs::create_dir_all(&root).unwrap();
+    let case = root.join("case.json");
+    let x: Vec<f64> = (0..8).map(|i| f64::from(i % 3)).collect();
+    let c = serde_json::json!({
+        "format": "bnconf-case/1", "id": "running_update.rows.f16.mixed", "op": "running_update",
+        "layout": "rows", "shape": [1, 8], "dtype": "f16", "param_dtype": "f32", "eps": "1e-5",
+        "momentum": "0.1", "convention": "pytorch",
+        "inputs": {"x": x, "running_mean": [0], "running_var": [1]}
+    });
+    std::fs::write(&case, c.to_string()).unwrap();
+    let o = bnconf(&[
+        "shrink",
+        "--case-file",
+        case.to_str().unwrap(),
+        "--exec",
+        &exec_of("bad-f16-accum"),
+        "--out",
+        root.join("out").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(stderr(&o).contains("param_dtype"), "{}", text(&o));
+}
