@@ -61,7 +61,8 @@ fn check(dir: &Path, extra: &[&str]) -> Output {
 }
 
 /// Good kernels conform (exit 0) and known-bad ones whose defect shows in the precision are
-/// rejected (exit 1), for every family in f32 and in a mixed precision.
+/// rejected (exit 1), for every family in f32 and in a mixed precision, and layer_norm in f64
+/// (f64 data computed in f32).
 #[test]
 fn round_trip_good_conform_known_bad_rejected() {
     let cases: &[(&str, &str, &[&str], &[&str])] = &[
@@ -76,6 +77,12 @@ fn round_trip_good_conform_known_bad_rejected() {
             "bf16+f32",
             &["ln-welford"],
             &["bad-ln-half-xhat-dgamma"],
+        ),
+        (
+            "layer_norm",
+            "f64",
+            &["ln-twopass"],
+            &["bad-ln-f32-compute"],
         ),
         (
             "rms_norm",

@@ -386,3 +386,87 @@ fn a_bad_split_in_a_case_file_names_the_field() {
         assert!(!out.exists());
     }
 }
+
+/// An f16 or bf16 case shrinks to inputs in its own dtype (`<f2`, bf16 as `<u2` bit patterns,
+/// as `bnconf export` writes them), which the case-file readers take: `bnconf golden` accepts
+/// the written case.json and `check --case ... --outputs kernel` reproduces the failure and
+/// its diagnosis. `<u2` data for an f16 tensor is refused, naming the input.
+#[test]
+fn half_precision_shrinks_are_read_back_as_case_files() {
+    let root = scratch("shrink", "half");
+    for (dtype, descr) in [("f16", "<f2"), ("bf16", "<u2")] {
+        let out = root.join(dtype);
+        let o = bnconf(&[
+            "shrink",
+            "--dtype",
+            dtype,
+            "--case",
+            &format!("forward.rows.{dtype}.gaussian"),
+            "--exec",
+            &exec_of("bad-var-doubled"),
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{dtype}: {}", text(&o));
+        let x = std::fs::read(out.join("x.npy")).unwrap();
+        assert!(
+            String::from_utf8_lossy(&x[..128]).contains(descr),
+            "{dtype}: x.npy is not {descr}"
+        );
+        let case = out.join("case.json");
+        let o = bnconf(&["golden", case.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(0), "{dtype}: {}", text(&o));
+        let o = bnconf(&[
+            "check",
+            "--case",
+            case.to_str().unwrap(),
+            "--outputs",
+            out.join("kernel").to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(1), "{dtype}: {}", text(&o));
+        assert!(
+            text(&o).contains("behaves like bad-var-doubled"),
+            "{dtype}: {}",
+            text(&o)
+        );
+    }
+    // bf16 bit patterns where the case is f16: refused, naming the input
+    std::fs::copy(root.join("bf16/x.npy"), root.join("f16/x.npy")).unwrap();
+    let o = bnconf(&["golden", root.join("f16/case.json").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        stderr(&o).contains("x.npy")
+            && stderr(&o).contains("'<u2' is not supported for a tensor of dtype f16"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// A mixed-precision case file (`param_dtype` other than `dtype`) is refused, naming
+/// `param_dtype`, as `--dtype f16+f32` is (it was read as the pure half precision).
+#[test]
+fn a_mixed_case_file_is_refused_naming_param_dtype() {
+    let root = scratch("shrink", "mixed-file");
+    std::fs::create_dir_all(&root).unwrap();
+    let case = root.join("case.json");
+    let x: Vec<f64> = (0..8).map(|i| f64::from(i % 3)).collect();
+    let c = serde_json::json!({
+        "format": "bnconf-case/1", "id": "running_update.rows.f16.mixed", "op": "running_update",
+        "layout": "rows", "shape": [1, 8], "dtype": "f16", "param_dtype": "f32", "eps": "1e-5",
+        "momentum": "0.1", "convention": "pytorch",
+        "inputs": {"x": x, "running_mean": [0], "running_var": [1]}
+    });
+    std::fs::write(&case, c.to_string()).unwrap();
+    let o = bnconf(&[
+        "shrink",
+        "--case-file",
+        case.to_str().unwrap(),
+        "--exec",
+        &exec_of("bad-f16-accum"),
+        "--out",
+        root.join("out").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(stderr(&o).contains("param_dtype"), "{}", text(&o));
+}

@@ -220,6 +220,28 @@ fn defect_cases() -> Vec<(&'static str, FamilyCase)> {
             gn(GroupNormBackward, Nchw, &[2, 6, 2, 2], 3),
         ),
         ("bad-gn-rstd-off25", gn(GroupNorm, Ncl, &[2, 12, 3], 4)),
+        // f64 data computed in f32 (MLX's CPU fallback): f32's rounding in every output
+        (
+            "bad-ln-f32-compute",
+            ln(LayerNorm, &[4, 16], 1, Dtype::F64, 1e-5, 0.0),
+        ),
+        (
+            "bad-ln-f32-compute",
+            ln(LayerNormBackward, &[3, 4, 8], 2, Dtype::F64, 1e-5, 0.0),
+        ),
+        (
+            "bad-rms-f32-compute",
+            Spec::last(RmsNorm, &[4, 8], 1, Dtype::F64, Affine::Weight).build(16),
+        ),
+        (
+            "bad-rms-f32-compute",
+            Spec::last(RmsNormBackward, &[4, 8], 1, Dtype::F64, Affine::Weight).build(17),
+        ),
+        ("bad-gn-f32-compute", gn(GroupNorm, Nchw, &[2, 6, 2, 2], 3)),
+        (
+            "bad-gn-f32-compute",
+            gn(GroupNormBackward, Ndhwc, &[1, 2, 1, 2, 4], 2),
+        ),
         ("bad-rms-bf16-dgamma", many_rows),
         ("bad-rms-f16-sumsq-overflow", overflow.clone()),
         (
@@ -340,6 +362,9 @@ fn known_bad_kernels_conform_where_their_defect_does_not_show() {
                 // One-pass cancels by (mean/σ)²; the hand cases' mean is at most ~1σ.
                 "bad-ln-onepass" | "bad-ln-backward-onepass" | "bad-gn-onepass" => false,
                 "bad-ln-no-eps" | "bad-ln-eps-outside-sqrt" => claims,
+                // f32 arithmetic on f64 data: every f64 case of its ops (`claims` holds the
+                // dtype); in the other dtypes it is the good two-pass kernel
+                "bad-ln-f32-compute" | "bad-rms-f32-compute" | "bad-gn-f32-compute" => claims,
                 // The sharpness controls change rstd, and so every output, wherever var + eps
                 // is not 0 (every case): nothing of their ops is outside their reach.
                 name if SHARPNESS_CONTROLS.contains(&name) => claims,

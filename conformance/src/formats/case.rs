@@ -3,7 +3,7 @@
 
 use crate::error::{ConfError, Result};
 use crate::formats::fsafe;
-use crate::formats::npy::{read_npy, NpyData};
+use crate::formats::npy::{read_npy_case_input, NpyData};
 use bnconf_spec::exact::fmt_rational;
 use bnconf_spec::exact::parse::{parse_exact_with, parse_rational_with, Limits};
 use bnconf_spec::exact::round::{f64_to_rational, round, FloatFormat};
@@ -822,7 +822,11 @@ pub(crate) fn read_input(
                 .as_str()
                 .ok_or_else(|| ConfError::field(format!("{field}.npy"), "must be a path string"))?;
             let path: PathBuf = base.join(rel);
-            let (shape, data) = read_npy(&path, lim.max_elems)
+            let format = match dtype {
+                Dtype::Float(f) => Some(f),
+                Dtype::Exact => None,
+            };
+            let (shape, data) = read_npy_case_input(&path, lim.max_elems, format)
                 .map_err(|e| ConfError::field(format!("{field}.npy"), e.to_string()))?;
             if shape.iter().product::<usize>() != want_len
                 || (shape != want_shape && shape != [want_len])

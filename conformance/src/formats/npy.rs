@@ -165,6 +165,52 @@ pub fn read_npy_any(path: &Path, max_elems: usize) -> Result<(Vec<usize>, NpyDat
     read_npy_path(path, max_elems, true)
 }
 
+/// [`read_npy`] for an input of a case file (`{"npy": "path.npy"}`) whose tensor has storage
+/// format `dtype` (`None`: exact): float32 and float64, and for a half-precision tensor also
+/// its own format, float16 (`<f2`) for f16 and bf16 bit patterns (`<u2`) for bf16, as the
+/// kernel protocol and `bnconf shrink` write them; half data comes back as the float32 values
+/// it holds (exact). Other tensors read as [`read_npy`] reads them (its errors unchanged).
+pub fn read_npy_case_input(
+    path: &Path,
+    max_elems: usize,
+    dtype: Option<bnconf_spec::exact::round::FloatFormat>,
+) -> Result<(Vec<usize>, NpyData)> {
+    use bnconf_spec::exact::round::FloatFormat;
+    let own = match dtype {
+        Some(FloatFormat::F16) => Descr::F2,
+        Some(FloatFormat::BF16) => Descr::U2,
+        _ => return read_npy(path, max_elems),
+    };
+    let (shape, data) = read_npy_any(path, max_elems)?;
+    let data = match data {
+        NpyData::U16(v) if own == Descr::U2 => NpyData::F32(
+            v.iter()
+                .map(|&b| f32::from_bits((b as u32) << 16))
+                .collect(),
+        ),
+        NpyData::F16(v) if own == Descr::F2 => {
+            NpyData::F32(v.iter().map(|x| x.to_f32()).collect())
+        }
+        d @ (NpyData::F32(_) | NpyData::F64(_)) => d,
+        d => {
+            return Err(ConfError::Npy {
+                path: path.display().to_string(),
+                msg: format!(
+                    "dtype '{}' is not supported for a tensor of dtype {} (little-endian float32 '<f4', float64 '<f8' or {})",
+                    d.descr().type_str(),
+                    dtype.map_or("exact", |f| f.name()),
+                    if own == Descr::F2 {
+                        "float16 '<f2'"
+                    } else {
+                        "uint16 '<u2' (bf16 bit patterns)"
+                    }
+                ),
+            })
+        }
+    };
+    Ok((shape, data))
+}
+
 fn read_npy_path(path: &Path, max_elems: usize, half: bool) -> Result<(Vec<usize>, NpyData)> {
     // The largest file that can hold `max_elems` elements: refused before reading anything
     // (a sparse 10 GiB file costs nothing); the exact size is checked against the header.

@@ -14,7 +14,7 @@
 
 use crate::error::{ConfError, Result};
 use crate::formats::case::{parse_header, read_case_json, read_input, Dtype, InputLimits};
-use crate::formats::npy::read_npy;
+use crate::formats::npy::read_npy_case_input;
 use crate::judge::check::{self, CaseResult, Prepared, Written};
 use crate::protocol::stablehlo::dyadic_decimal;
 use crate::protocol::{read_output, refusal, shape_of};
@@ -93,7 +93,7 @@ fn input_values(
             .collect());
     };
     let path = base.join(rel);
-    let (shape, data) = read_npy(&path, lim.max_elems)
+    let (shape, data) = read_npy_case_input(&path, lim.max_elems, Some(dtype))
         .map_err(|e| ConfError::field(format!("{field}.npy"), e.to_string()))?;
     if shape.iter().product::<usize>() != want_len || (shape != want_shape && shape != [want_len]) {
         return Err(ConfError::field(

@@ -377,6 +377,16 @@ pub fn case_from_file(path: &Path, lim: &InputLimits) -> Result<SuiteCase> {
                 )
             })
     };
+    if c.param_dtype != c.dtype {
+        return Err(ConfError::field(
+            "param_dtype",
+            format!(
+                "{} with dtype {} is a mixed precision: shrink refuses those (as --dtype does)",
+                c.param_dtype.name(),
+                c.dtype.name()
+            ),
+        ));
+    }
     number("eps", &c.eps_text)?;
     if let Some(m) = &c.momentum_text {
         number("momentum", m)?;

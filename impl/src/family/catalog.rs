@@ -277,6 +277,39 @@ fn recipes() -> Vec<FamilyRecipe> {
             GN,
         ),
         bad(
+            "bad-ln-f32-compute",
+            "KNOWN BAD (f64 only): LayerNorm computing f64 data in f32: x, dy, gamma, beta and \
+             eps rounded to f32, statistics, normalization, affine and backward in f32, the \
+             results widened to f64 (as MLX 0.32.4's CPU fallback for float64 \
+             mx.fast.layer_norm, which casts x to float32). In f32, f16, bf16 and the mixed \
+             precisions f32 is already the working precision: there it is ln-twopass, and its \
+             defect is held in f64 only.",
+            Family::LayerNorm,
+            Flaw::F32Compute,
+            LN,
+        ),
+        bad(
+            "bad-rms-f32-compute",
+            "KNOWN BAD (f64 only): RMSNorm computing f64 data in f32: x, dy, gamma and eps \
+             rounded to f32, Σx², rstd, y and the backward in f32, the results widened to f64 \
+             (as MLX 0.32.4's CPU fallback for float64 mx.fast.rms_norm). In f32, f16, bf16 and \
+             the mixed precisions it is rms-twopass; its defect is held in f64 only.",
+            Family::RmsNorm,
+            Flaw::F32Compute,
+            RMS,
+        ),
+        bad(
+            "bad-gn-f32-compute",
+            "KNOWN BAD (f64 only): GroupNorm computing f64 data in f32: x, dy, gamma, beta and \
+             eps rounded to f32, statistics, normalization, affine and backward in f32, the \
+             results widened to f64 (as MLX 0.32.4's nn.GroupNorm(pytorch_compatible=True) on \
+             float64, which normalizes through mx.fast.layer_norm). In f32, f16, bf16 and the \
+             mixed precisions it is gn-twopass; its defect is held in f64 only.",
+            Family::GroupNorm,
+            Flaw::F32Compute,
+            GN,
+        ),
+        bad(
             "bad-ln-var-doubled",
             "KNOWN BAD (sharpness control): LayerNorm with the variance doubled, rstd = \
              1/sqrt(2·var + eps). Every case that gates must reject it where it changes the \

@@ -47,6 +47,11 @@ pub(crate) enum Flaw {
     /// with `mean` and `rstd` rounded to the half activation type, as a compiled backward that keeps the
     /// recomputed statistics in the input's dtype.
     HalfRstdDgamma,
+    /// On f64 data, everything computed in f32: every input (`x`, `dy`, `gamma`, `beta`) and
+    /// `eps` rounded to f32, the f32 recipe run, its outputs widened to f64 (the shape of
+    /// MLX's CPU fallback for float64 `mx.fast.layer_norm`/`rms_norm`). Other dtypes already
+    /// work in f32: there it is the good kernel.
+    F32Compute,
     /// The variance (rms_norm: the mean square) doubled: a sharpness control.
     VarDoubled,
     /// `rstd` 25 % too large: a sharpness control.
@@ -102,6 +107,8 @@ impl FamilyKernel for FamilyRecipe {
             Some(Flaw::HalfXhatDgamma | Flaw::HalfParamSums | Flaw::HalfRstdDgamma) => {
                 &[Dtype::F16, Dtype::BF16]
             }
+            // f32 is the working precision of every other dtype already
+            Some(Flaw::F32Compute) => &[Dtype::F64],
             _ => Dtype::ALL,
         }
     }
@@ -127,7 +134,7 @@ impl FamilyKernel for FamilyRecipe {
             .validate()
             .map_err(|e| Unsupported(format!("invalid case: {e}")))?;
         let g = self.grouping(case, g);
-        Ok(if case.dtype == Dtype::F64 {
+        Ok(if case.dtype == Dtype::F64 && !self.has(Flaw::F32Compute) {
             self.compute::<f64>(case, &g)
         } else {
             self.compute::<f32>(case, &g)
