@@ -164,7 +164,10 @@ const FAMILY_DIAGNOSIS: &[(&str, &str)] = &[
     ("onnxruntime-group-normalization-one-pass", "bad-gn-onepass"),
     ("paddle-group-norm-one-pass", "bad-gn-onepass"),
     ("keras-torch-numpy-moments-one-pass", "bad-gn-onepass"),
-    ("keras-rms-normalization-scale-autocast", "bad-rms-bf16-dgamma"),
+    (
+        "keras-rms-normalization-scale-autocast",
+        "bad-rms-bf16-dgamma",
+    ),
     ("mlx-fast-norm-f64-float32-fallback", "bad-ln-f32-compute"),
     (
         "torch-layer-norm-backward-half-accumulation",
