@@ -25,10 +25,13 @@
 #                                            device, which compiles with clang), paddle_bn (PaddlePaddle's CPU
 #                                            kernels; paddle_family: its layer_norm, rms_norm, group_norm in six
 #                                            precisions, --family all), tvm_bn (Apache TVM's Relax batch_norm built for the CPU
-#                                            with LLVM), and the f32 diagnostic torch_compile_bn_dynamic
+#                                            with LLVM; tvm_family: its Relax layer_norm, group_norm, rms_norm,
+#                                            forward, six precisions, --family all), openvino_family (MVN +
+#                                            affine, GroupNormalization; forward, six precisions, --family all),
+#                                            and the f32 diagnostic torch_compile_bn_dynamic
 #                                            (TORCH_COMPILE_DYNAMIC=1: Dynamo's default dynamic=None); with
 #                                            --heavy/--torch also those
-#        COMPILER_ADAPTERS="openvino_bn" ... --compilers   only those (default: all seven)
+#        COMPILER_ADAPTERS="openvino_bn" ... --compilers   only those (default: all nine)
 #        bash adapters/run_all.sh --mlx      only MLX on the CPU (bash adapters/setup.sh --mlx): mlx_family
 #                                            (mx.fast.layer_norm/rms_norm, nn.GroupNorm as constructed by
 #                                            default) and mlx_family_ptc (nn.GroupNorm pytorch_compatible=True,
@@ -137,14 +140,14 @@ if [ "$REPLICATED" = 1 ]; then
     exit 2
   fi
 fi
-COMPILER_ADAPTERS=${COMPILER_ADAPTERS:-torch_compile_bn torch_compile_bn_dynamic openvino_bn tinygrad_bn paddle_bn paddle_family tvm_bn}
+COMPILER_ADAPTERS=${COMPILER_ADAPTERS:-torch_compile_bn torch_compile_bn_dynamic openvino_bn openvino_family tinygrad_bn paddle_bn paddle_family tvm_bn tvm_family}
 if [ "$COMPILERS" = 1 ]; then
   mods=""
   case " $COMPILER_ADAPTERS " in *" torch_compile_bn"*) mods="$mods, torch" ;; esac
-  case " $COMPILER_ADAPTERS " in *" openvino_bn "*) mods="$mods, openvino" ;; esac
+  case " $COMPILER_ADAPTERS " in *" openvino_"*) mods="$mods, openvino" ;; esac
   case " $COMPILER_ADAPTERS " in *" tinygrad_bn "*) mods="$mods, tinygrad" ;; esac
   case " $COMPILER_ADAPTERS " in *" paddle_"*) mods="$mods, paddle" ;; esac
-  case " $COMPILER_ADAPTERS " in *" tvm_bn "*) mods="$mods, tvm" ;; esac
+  case " $COMPILER_ADAPTERS " in *" tvm_"*) mods="$mods, tvm" ;; esac
   mods=${mods#, }
   if [ -n "$mods" ] && ! "$PY" -c "import $mods" 2>/dev/null; then
     echo "run_all.sh: --compilers ($COMPILER_ADAPTERS) needs $mods in $PY (run bash adapters/setup.sh --compilers)" >&2
@@ -269,6 +272,9 @@ if [ "$COMPILERS" = 1 ]; then
       torch_compile_bn|openvino_bn|tinygrad_bn|paddle_bn|tvm_bn) script=$a.py envs="" dtypes="f32 f64" ;;
       # Paddle's F.layer_norm / F.rms_norm / F.group_norm and their autograd (the family suites)
       paddle_family) script=$a.py envs="" dtypes="f32 f64 f16 bf16 f16+f32 bf16+f32" extra=(--family all) ;;
+      # TVM's Relax layer_norm / group_norm / rms_norm (forward; no Relax gradient) and OpenVINO's
+      # MVN + affine / GroupNormalization (forward; INFERENCE_PRECISION_HINT per case dtype)
+      tvm_family|openvino_family) script=$a.py envs="" dtypes="f32 f64 f16 bf16 f16+f32 bf16+f32" extra=(--family all) ;;
       # Diagnostic: torch.compile with Dynamo's default dynamic=None (symbolic sizes after the
       # first recompile), f32 only
       torch_compile_bn_dynamic) script=torch_compile_bn.py envs="TORCH_COMPILE_DYNAMIC=1" dtypes=f32 ;;
