@@ -32,7 +32,7 @@ legalizes each op to its TOPI kernel (`topi.nn.layer_norm`, `topi.nn.group_norm`
   must be float, but got T.bfloat16"): those cases are unsupported with TVM's message.
   rms_norm builds in every dtype, but `topi.nn.rms_norm` casts x and weight to float32 whatever
   their dtype (include/tvm/topi/nn/rms_norm.h), so its f64 output is float32 arithmetic
-  (docs/FINDINGS.md, `tvm-rms-norm-f64-float32-compute`); its f16 and bf16 are computed in
+  (docs/FINDINGS.md, "TVM's float64 `rms_norm` is computed from float32 x and weight"); its f16 and bf16 are computed in
   float32 and rounded once.  Mixed precision (f16+f32, bf16+f32): unsupported — Relax's type inference
   refuses a gamma whose dtype differs from x's ("requires all the input tensors to have the
   same dtype"); a cast would be the adapter's.
