@@ -31,9 +31,10 @@ legalizes each op to its TOPI kernel (`topi.nn.layer_norm`, `topi.nn.group_norm`
   refuses bf16 likewise and Relax's group_norm type inference refuses it ("expects that data
   must be float, but got T.bfloat16"): those cases are unsupported with TVM's message.
   rms_norm builds in every dtype, but `topi.nn.rms_norm` casts x and weight to float32 whatever
-  their dtype (include/tvm/topi/nn/rms_norm.h), so its f64 output is float32 arithmetic
-  (docs/FINDINGS.md, "TVM's float64 `rms_norm` is computed from float32 x and weight"); its f16 and bf16 are computed in
-  float32 and rounded once.  Mixed precision (f16+f32, bf16+f32): unsupported — Relax's type inference
+  their dtype (include/tvm/topi/nn/rms_norm.h), so its f64 output is computed from float32 x,
+  weight and Σx² (docs/FINDINGS.md, "TVM's float64 `rms_norm` is computed from float32 x and
+  weight"); its f16 and bf16 are computed in float32 and rounded once.
+- Mixed precision (f16+f32, bf16+f32): unsupported — Relax's type inference
   refuses a gamma whose dtype differs from x's ("requires all the input tensors to have the
   same dtype"); a cast would be the adapter's.
 - eps: the case's eps as a Python float (a double attribute of the Relax op).
