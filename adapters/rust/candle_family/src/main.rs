@@ -69,7 +69,8 @@ fn param(inp: &Inputs, name: &str, len: usize, fill: f64, dt: DType) -> Result<T
 /// The candle error of the fused CPU kernels for a dtype they have no kernel for, as an
 /// unsupported case (candle refuses it; nothing to judge).
 fn fused_dtype(e: candle_core::Error, what: &str) -> Failure {
-    let msg = e.to_string();
+    // The message only (candle appends a backtrace on the following lines).
+    let msg = e.to_string().lines().next().unwrap_or_default().to_owned();
     if msg.contains("unsupported dtype") {
         Failure::Unsupported(format!(
             "{NAME}: candle-nn 0.11.1 {what} refuses this dtype on the CPU: {msg}"
