@@ -153,8 +153,11 @@ impl Case {
     pub fn param_shape(&self) -> Result<Vec<usize>, Failure> {
         if self.layout == "last" {
             let k = self.usize_field("normalized_ndim")?;
-            if k == 0 || k >= self.shape.len() + 1 {
-                return Err(Failure::Error(format!("normalized_ndim {k} for shape {:?}", self.shape)));
+            if k == 0 || k >= self.shape.len() {
+                return Err(Failure::Error(format!(
+                    "normalized_ndim {k} for shape {:?}",
+                    self.shape
+                )));
             }
             return Ok(self.shape[self.shape.len() - k..].to_vec());
         }
@@ -162,10 +165,12 @@ impl Case {
             "nhwc" | "ndhwc" => self.shape.len() - 1,
             _ => 1,
         };
-        self.shape
-            .get(axis)
-            .map(|&c| vec![c])
-            .ok_or_else(|| Failure::Error(format!("layout {} with shape {:?}", self.layout, self.shape)))
+        self.shape.get(axis).map(|&c| vec![c]).ok_or_else(|| {
+            Failure::Error(format!(
+                "layout {} with shape {:?}",
+                self.layout, self.shape
+            ))
+        })
     }
 
     /// A non-negative integer field of `case.json` (`groups`, `normalized_ndim`).
@@ -182,7 +187,12 @@ impl Case {
         self.json
             .get("optional_outputs")
             .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
             .unwrap_or_default()
     }
 

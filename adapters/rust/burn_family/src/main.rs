@@ -68,7 +68,9 @@ fn permute<const D: usize>(t: Tensor<D>, p: &Option<Vec<usize>>) -> Tensor<D> {
 fn run_case(case: &Case, inp: &Inputs) -> Result<Outputs, Failure> {
     let op = case.op.as_str();
     let base = op.strip_suffix("_backward").unwrap_or(op);
-    let conv = case.str_field("convention").unwrap_or_else(|_| "standard".into());
+    let conv = case
+        .str_field("convention")
+        .unwrap_or_else(|_| "standard".into());
     if base == "rms_norm" && conv == "offset" {
         return unsupported(format!(
             "{NAME}: convention offset ((1 + gamma)·xhat): burn's RmsNorm computes \
@@ -145,8 +147,11 @@ fn run<const D: usize>(
     let none = |w: &str| Failure::Error(format!("burn computed no gradient for {w}"));
 
     // (y, gamma param, beta param) of the module.
-    let (y, gp, bp): (Tensor<D>, Option<Param<Tensor<1>>>, Option<Param<Tensor<1>>>) = match base
-    {
+    let (y, gp, bp): (
+        Tensor<D>,
+        Option<Param<Tensor<1>>>,
+        Option<Param<Tensor<1>>>,
+    ) = match base {
         "layer_norm" => {
             let mut m = LayerNormConfig::new(plen)
                 .with_epsilon(eps)
@@ -189,11 +194,17 @@ fn run<const D: usize>(
     )];
     if has_gamma {
         let g = gp.ok_or_else(|| none("gamma"))?;
-        outs.push(("dgamma".into(), values(g.grad(&grads).ok_or_else(|| none("gamma"))?, dt)?));
+        outs.push((
+            "dgamma".into(),
+            values(g.grad(&grads).ok_or_else(|| none("gamma"))?, dt)?,
+        ));
     }
     if has_beta {
         let b = bp.ok_or_else(|| none("beta"))?;
-        outs.push(("dbeta".into(), values(b.grad(&grads).ok_or_else(|| none("beta"))?, dt)?));
+        outs.push((
+            "dbeta".into(),
+            values(b.grad(&grads).ok_or_else(|| none("beta"))?, dt)?,
+        ));
     }
     Ok(outs)
 }

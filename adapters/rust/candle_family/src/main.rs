@@ -87,7 +87,9 @@ fn run_case(case: &Case, inp: &Inputs) -> Result<Outputs, Failure> {
     let dt = dtype(case.dtype);
     let eps = case.eps;
     let affine = case.str_field("affine")?;
-    let conv = case.str_field("convention").unwrap_or_else(|_| "standard".into());
+    let conv = case
+        .str_field("convention")
+        .unwrap_or_else(|_| "standard".into());
     if base == "rms_norm" && conv == "offset" {
         return unsupported(format!(
             "{NAME}: convention offset ((1 + gamma)·xhat): candle-nn's RmsNorm computes \
@@ -149,7 +151,8 @@ fn run_case(case: &Case, inp: &Inputs) -> Result<Outputs, Failure> {
             } else {
                 LayerNorm::new_no_bias(g, eps)
             };
-            m.forward(&xin).map_err(|e| fused_dtype(e, "LayerNorm (fused ops::layer_norm)"))?
+            m.forward(&xin)
+                .map_err(|e| fused_dtype(e, "LayerNorm (fused ops::layer_norm)"))?
         }
         ("layer_norm", true) => {
             if has_beta {
@@ -185,7 +188,10 @@ fn run_case(case: &Case, inp: &Inputs) -> Result<Outputs, Failure> {
     };
     let mut outs = vec![("dx".to_string(), values(&grad(&x, "x")?, case.dtype)?)];
     if has_gamma {
-        outs.push(("dgamma".into(), values(&grad(&gamma, "gamma")?, case.dtype)?));
+        outs.push((
+            "dgamma".into(),
+            values(&grad(&gamma, "gamma")?, case.dtype)?,
+        ));
     }
     if has_beta {
         outs.push(("dbeta".into(), values(&grad(&beta, "beta")?, case.dtype)?));

@@ -34,6 +34,13 @@ fn main() -> candle_core::Result<()> {
         sum2 / 2.0 - mean * mean
     );
     let reproduced = (y[0] as f64 - expected).abs() > 1e-5 * expected;
-    println!("{}", if reproduced { "REPRODUCED" } else { "not reproduced (fixed?)" });
+    println!(
+        "{}",
+        if reproduced {
+            "REPRODUCED"
+        } else {
+            "not reproduced (fixed?)"
+        }
+    );
     std::process::exit(if reproduced { 1 } else { 0 });
 }
