@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the Rust framework adapters (burn_bn, candle_bn; their own cargo workspace, target
-# dir adapters/rust/target) and judges each with `bnconf check --exec` on the default suite,
+# Builds the Rust framework adapters (burn_bn, candle_bn, burn_family, candle_family; their own
+# cargo workspace, target dir adapters/rust/target) and judges each with `bnconf check --exec`
+# on the default suite (the BatchNorm ones) or `--family all` (the normalization-family ones),
 # f32 and f64. Writes adapters/results/<adapter>-<dtype>.json (--report, committed) and
 # .txt (the printed table, git-ignored).
 #
@@ -23,14 +24,15 @@ fi
 usable "$BNCONF" || { echo "run.sh: no working bnconf binary with 'check --exec' (pass BNCONF)" >&2; exit 2; }
 echo "bnconf: $BNCONF"
 cargo build --release --locked --manifest-path adapters/rust/Cargo.toml \
-  --target-dir adapters/rust/target --bin burn_bn --bin candle_bn || {
+  --target-dir adapters/rust/target --bin burn_bn --bin candle_bn --bin burn_family --bin candle_family || {
   echo "run.sh: cargo build of adapters/rust failed" >&2; exit 2; }
 mkdir -p adapters/results
 worst=0
-for adapter in burn_bn candle_bn; do
+for adapter in burn_bn candle_bn burn_family candle_family; do
+  case $adapter in *_family) fam=(--family all) ;; *) fam=() ;; esac
   for dtype in f32 f64; do
     base=adapters/results/$adapter-$dtype
-    "$BNCONF" check --suite default --dtype "$dtype" --exec "adapters/rust/target/release/$adapter" \
+    "$BNCONF" check "${fam[@]}" --suite default --dtype "$dtype" --exec "adapters/rust/target/release/$adapter" \
       --report "$base.json" > "$base.txt" 2> "$base.stderr.txt"
     rc=$?
     echo "$adapter $dtype: exit $rc ($(tail -n1 "$base.txt"))"

@@ -164,6 +164,7 @@ const FAMILY_DIAGNOSIS: &[(&str, &str)] = &[
     ("onnxruntime-group-normalization-one-pass", "bad-gn-onepass"),
     ("paddle-group-norm-one-pass", "bad-gn-onepass"),
     ("tvm-group-norm-one-pass", "bad-gn-onepass"),
+    ("candle-layer-norm-one-pass", "bad-ln-onepass"),
     ("keras-torch-numpy-moments-one-pass", "bad-gn-onepass"),
     (
         "keras-rms-normalization-scale-autocast",

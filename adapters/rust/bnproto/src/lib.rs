@@ -114,12 +114,86 @@ impl Case {
     }
 
     /// The shape an output is written with: the layout's shape for per-cell outputs
-    /// (`y`, `dx`), `[C]` for per-channel ones.
+    /// (`y`, `dx`), `[C]` for per-channel ones. A normalization-family case (docs/FORMAT.md,
+    /// "the normalization family in the protocol"): `dgamma`/`dbeta` in the parameters' shape
+    /// ([`Case::param_shape`]), `mean`/`rstd` in the batch shape (layout `last`) or `[N, G]`.
     pub fn output_shape(&self, name: &str) -> Result<Vec<usize>, Failure> {
+        if self.family().is_some() {
+            return match name {
+                "y" | "dx" => Ok(self.shape.clone()),
+                "dgamma" | "dbeta" => self.param_shape(),
+                _ => {
+                    if self.layout == "last" {
+                        let k = self.usize_field("normalized_ndim")?;
+                        Ok(self.shape[..self.shape.len().saturating_sub(k)].to_vec())
+                    } else {
+                        Ok(vec![self.shape[0], self.usize_field("groups")?])
+                    }
+                }
+            };
+        }
         match name {
             "y" | "dx" => Ok(self.shape.clone()),
             _ => Ok(vec![self.channels()?]),
         }
+    }
+
+    /// The `family` of a normalization-family case (`layer_norm`, `rms_norm`, `group_norm`);
+    /// `None` for a batch_norm case (no field, or `batch_norm`).
+    pub fn family(&self) -> Option<&str> {
+        match self.json.get("family").and_then(Value::as_str) {
+            None | Some("batch_norm") => None,
+            Some(f) => Some(f),
+        }
+    }
+
+    /// The shape of `gamma`/`beta` (and `dgamma`/`dbeta`) of a family case: the trailing
+    /// `normalized_ndim` axes (layout `last`), else `[C]` (channels last for `nhwc`/`ndhwc`,
+    /// else axis 1).
+    pub fn param_shape(&self) -> Result<Vec<usize>, Failure> {
+        if self.layout == "last" {
+            let k = self.usize_field("normalized_ndim")?;
+            if k == 0 || k >= self.shape.len() {
+                return Err(Failure::Error(format!(
+                    "normalized_ndim {k} for shape {:?}",
+                    self.shape
+                )));
+            }
+            return Ok(self.shape[self.shape.len() - k..].to_vec());
+        }
+        let axis = match self.layout.as_str() {
+            "nhwc" | "ndhwc" => self.shape.len() - 1,
+            _ => 1,
+        };
+        self.shape.get(axis).map(|&c| vec![c]).ok_or_else(|| {
+            Failure::Error(format!(
+                "layout {} with shape {:?}",
+                self.layout, self.shape
+            ))
+        })
+    }
+
+    /// A non-negative integer field of `case.json` (`groups`, `normalized_ndim`).
+    pub fn usize_field(&self, key: &str) -> Result<usize, Failure> {
+        self.json
+            .get(key)
+            .and_then(Value::as_u64)
+            .map(|v| v as usize)
+            .ok_or_else(|| Failure::Error(format!("case.json has no integer field {key}")))
+    }
+
+    /// The outputs a kernel may leave out (`optional_outputs`; empty when absent).
+    pub fn optional_outputs(&self) -> Vec<String> {
+        self.json
+            .get("optional_outputs")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// A float field of `case.json` (a JSON number), e.g. `momentum`.
@@ -359,11 +433,16 @@ where
     };
     // Check everything before writing anything: a case is written whole or not at all.
     let mut files = Vec::new();
+    let optional = case.optional_outputs();
     for n in &case.outputs {
-        let (_, data) = outs
-            .iter()
-            .find(|(k, _)| k == n)
-            .ok_or_else(|| Failure::Error(format!("{name} computed no output {n}")))?;
+        let Some((_, data)) = outs.iter().find(|(k, _)| k == n) else {
+            // An optional output (a family case's `mean`/`rstd`) the framework does not
+            // return is left out; a required one is an error.
+            if optional.contains(n) {
+                continue;
+            }
+            return Err(Failure::Error(format!("{name} computed no output {n}")));
+        };
         if data.dtype() != case.dtype {
             return Err(Failure::Error(format!(
                 "{name} returned {n} as {}, the case is {}",
