@@ -165,6 +165,7 @@ const FAMILY_DIAGNOSIS: &[(&str, &str)] = &[
     ("paddle-group-norm-one-pass", "bad-gn-onepass"),
     ("tvm-group-norm-one-pass", "bad-gn-onepass"),
     ("candle-layer-norm-one-pass", "bad-ln-onepass"),
+    ("candle-layer-norm-f32-epsilon", "bad-ln-eps-f32"),
     ("keras-torch-numpy-moments-one-pass", "bad-gn-onepass"),
     (
         "keras-rms-normalization-scale-autocast",

@@ -242,6 +242,54 @@ fn defect_cases() -> Vec<(&'static str, FamilyCase)> {
             "bad-gn-f32-compute",
             gn(GroupNormBackward, Ndhwc, &[1, 2, 1, 2, 4], 2),
         ),
+        // an f32 epsilon on f64 data: eps = 0.1 (f32's rounding of it is 1.5e-9 relative)
+        // against a variance of order 1
+        (
+            "bad-ln-eps-f32",
+            ln(LayerNorm, &[4, 16], 1, Dtype::F64, 0.1, 0.0),
+        ),
+        (
+            "bad-ln-eps-f32",
+            ln(LayerNormBackward, &[3, 4, 8], 2, Dtype::F64, 0.1, 0.0),
+        ),
+        (
+            "bad-rms-eps-f32",
+            Spec::last(RmsNorm, &[4, 8], 1, Dtype::F64, Affine::Weight)
+                .eps(0.1)
+                .build(18),
+        ),
+        (
+            "bad-rms-eps-f32",
+            Spec::last(RmsNormBackward, &[4, 8], 1, Dtype::F64, Affine::Weight)
+                .eps(0.1)
+                .build(19),
+        ),
+        (
+            "bad-gn-eps-f32",
+            Spec::channels(
+                GroupNorm,
+                Nchw,
+                &[2, 6, 2, 2],
+                3,
+                Dtype::F64,
+                Affine::WeightBias,
+            )
+            .eps(0.1)
+            .build(20),
+        ),
+        (
+            "bad-gn-eps-f32",
+            Spec::channels(
+                GroupNormBackward,
+                Ncl,
+                &[2, 12, 3],
+                4,
+                Dtype::F64,
+                Affine::WeightBias,
+            )
+            .eps(0.1)
+            .build(21),
+        ),
         ("bad-rms-bf16-dgamma", many_rows),
         ("bad-rms-f16-sumsq-overflow", overflow.clone()),
         (
@@ -365,6 +413,10 @@ fn known_bad_kernels_conform_where_their_defect_does_not_show() {
                 // f32 arithmetic on f64 data: every f64 case of its ops (`claims` holds the
                 // dtype); in the other dtypes it is the good two-pass kernel
                 "bad-ln-f32-compute" | "bad-rms-f32-compute" | "bad-gn-f32-compute" => claims,
+                // an f32 eps on f64 data: every f64 case whose eps f32 does not represent
+                "bad-ln-eps-f32" | "bad-rms-eps-f32" | "bad-gn-eps-f32" => {
+                    claims && case.eps as f32 as f64 != case.eps
+                }
                 // The sharpness controls change rstd, and so every output, wherever var + eps
                 // is not 0 (every case): nothing of their ops is outside their reach.
                 name if SHARPNESS_CONTROLS.contains(&name) => claims,

@@ -310,6 +310,36 @@ fn recipes() -> Vec<FamilyRecipe> {
             GN,
         ),
         bad(
+            "bad-ln-eps-f32",
+            "KNOWN BAD (f64 only): LayerNorm on f64 data with eps rounded to f32 (an f32 epsilon \
+             parameter or attribute; everything else in f64), as candle-nn 0.11.1's \
+             ops::layer_norm_slow(x, gamma, beta, eps as f32), ONNX's float epsilon attribute \
+             and Paddle's float epsilon. In f32, f16, bf16 and the mixed precisions eps is \
+             already an f32: there it is ln-twopass, and its defect is held in f64 only.",
+            Family::LayerNorm,
+            Flaw::EpsF32,
+            LN,
+        ),
+        bad(
+            "bad-rms-eps-f32",
+            "KNOWN BAD (f64 only): RMSNorm on f64 data with eps rounded to f32 (an f32 epsilon \
+             parameter or attribute; everything else in f64). In f32, f16, bf16 and the mixed \
+             precisions it is rms-twopass; its defect is held in f64 only.",
+            Family::RmsNorm,
+            Flaw::EpsF32,
+            RMS,
+        ),
+        bad(
+            "bad-gn-eps-f32",
+            "KNOWN BAD (f64 only): GroupNorm on f64 data with eps rounded to f32 (an f32 epsilon \
+             parameter or attribute, as ONNX's GroupNormalization and Paddle's group_norm; \
+             everything else in f64). In f32, f16, bf16 and the mixed precisions it is \
+             gn-twopass; its defect is held in f64 only.",
+            Family::GroupNorm,
+            Flaw::EpsF32,
+            GN,
+        ),
+        bad(
             "bad-ln-var-doubled",
             "KNOWN BAD (sharpness control): LayerNorm with the variance doubled, rstd = \
              1/sqrt(2·var + eps). Every case that gates must reject it where it changes the \

@@ -52,6 +52,11 @@ pub(crate) enum Flaw {
     /// MLX's CPU fallback for float64 `mx.fast.layer_norm`/`rms_norm`). Other dtypes already
     /// work in f32: there it is the good kernel.
     F32Compute,
+    /// On f64 data, `eps` rounded to f32 (an f32 epsilon parameter or attribute), everything
+    /// else in f64: the shape of candle-nn's `ops::layer_norm_slow(x, gamma, beta, eps: f32)`,
+    /// ONNX's float `epsilon` attribute and Paddle's float epsilon. Other dtypes already take
+    /// eps in f32: there it is the good kernel.
+    EpsF32,
     /// The variance (rms_norm: the mean square) doubled: a sharpness control.
     VarDoubled,
     /// `rstd` 25 % too large: a sharpness control.
@@ -108,7 +113,7 @@ impl FamilyKernel for FamilyRecipe {
                 &[Dtype::F16, Dtype::BF16]
             }
             // f32 is the working precision of every other dtype already
-            Some(Flaw::F32Compute) => &[Dtype::F64],
+            Some(Flaw::F32Compute | Flaw::EpsF32) => &[Dtype::F64],
             _ => Dtype::ALL,
         }
     }
@@ -183,7 +188,11 @@ impl FamilyRecipe {
 
     /// `(mean, rstd)` of every group, in the working type.
     fn stats<A: Real>(&self, case: &FamilyCase, g: &Grouping, x: &[A]) -> (Vec<A>, Vec<A>) {
-        let eps = A::of(case.eps);
+        let eps = if self.has(Flaw::EpsF32) {
+            A::of(case.eps as f32 as f64)
+        } else {
+            A::of(case.eps)
+        };
         let one_pass =
             self.has(Flaw::OnePass) || (case.op.is_backward() && self.has(Flaw::BackwardOnePass));
         let moments = if one_pass {
