@@ -166,6 +166,8 @@ const FAMILY_DIAGNOSIS: &[(&str, &str)] = &[
     ("tvm-group-norm-one-pass", "bad-gn-onepass"),
     ("candle-layer-norm-one-pass", "bad-ln-onepass"),
     ("candle-layer-norm-f32-epsilon", "bad-ln-eps-f32"),
+    ("tvm-rms-norm-f64-float32-inputs", "bad-rms-f32-inputs"),
+    ("burn-rms-norm-f64-float32-rms", "bad-rms-f32-rms"),
     ("keras-torch-numpy-moments-one-pass", "bad-gn-onepass"),
     (
         "keras-rms-normalization-scale-autocast",

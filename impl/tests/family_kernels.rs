@@ -290,6 +290,31 @@ fn defect_cases() -> Vec<(&'static str, FamilyCase)> {
             .eps(0.1)
             .build(21),
         ),
+        // rms_norm's statistic in f32 on f64 data (TVM, burn); 0.1 in each row: not an f32
+        (
+            "bad-rms-f32-inputs",
+            Spec::last(RmsNorm, &[4, 8], 1, Dtype::F64, Affine::Weight)
+                .first_cell(0.1)
+                .build(22),
+        ),
+        (
+            "bad-rms-f32-inputs",
+            Spec::last(RmsNormBackward, &[4, 8], 1, Dtype::F64, Affine::Weight)
+                .first_cell(0.1)
+                .build(23),
+        ),
+        (
+            "bad-rms-f32-rms",
+            Spec::last(RmsNorm, &[4, 8], 1, Dtype::F64, Affine::Weight)
+                .first_cell(0.1)
+                .build(24),
+        ),
+        (
+            "bad-rms-f32-rms",
+            Spec::last(RmsNormBackward, &[4, 8], 1, Dtype::F64, Affine::Weight)
+                .first_cell(0.1)
+                .build(25),
+        ),
         ("bad-rms-bf16-dgamma", many_rows),
         ("bad-rms-f16-sumsq-overflow", overflow.clone()),
         (
@@ -414,6 +439,7 @@ fn known_bad_kernels_conform_where_their_defect_does_not_show() {
                 // dtype); in the other dtypes it is the good two-pass kernel
                 "bad-ln-f32-compute" | "bad-rms-f32-compute" | "bad-gn-f32-compute" => claims,
                 // an f32 eps on f64 data: every f64 case whose eps f32 does not represent
+                "bad-rms-f32-inputs" | "bad-rms-f32-rms" => claims,
                 "bad-ln-eps-f32" | "bad-rms-eps-f32" | "bad-gn-eps-f32" => {
                     claims && case.eps as f32 as f64 != case.eps
                 }

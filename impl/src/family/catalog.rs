@@ -330,6 +330,28 @@ fn recipes() -> Vec<FamilyRecipe> {
             RMS,
         ),
         bad(
+            "bad-rms-f32-inputs",
+            "KNOWN BAD (f64 only): RMSNorm on f64 data with x and gamma rounded to f32 and the \
+             mean square summed in f32; eps, the reciprocal square root and the products in \
+             f64 (as Apache TVM 0.27's topi.nn.rms_norm, which casts data and weight to \
+             float32 whatever their dtype). In f32, f16, bf16 and the mixed precisions it is \
+             rms-twopass; its defect is held in f64 only.",
+            Family::RmsNorm,
+            Flaw::F32InputsRms,
+            RMS,
+        ),
+        bad(
+            "bad-rms-f32-rms",
+            "KNOWN BAD (f64 only): RMSNorm on f64 data with the rms sqrt(mean(x²) + eps) \
+             computed in f32 (x and eps rounded to f32) and widened, the rest in f64 (as \
+             burn-nn 0.22.1's RmsNorm::forward, which casts x to f32 for the rms). In f32, \
+             f16, bf16 and the mixed precisions it is rms-twopass; its defect is held in f64 \
+             only.",
+            Family::RmsNorm,
+            Flaw::F32Rms,
+            RMS,
+        ),
+        bad(
             "bad-gn-eps-f32",
             "KNOWN BAD (f64 only): GroupNorm on f64 data with eps rounded to f32 (an f32 epsilon \
              parameter or attribute, as ONNX's GroupNormalization and Paddle's group_norm; \

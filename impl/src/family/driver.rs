@@ -57,6 +57,15 @@ pub(crate) enum Flaw {
     /// ONNX's float `epsilon` attribute and Paddle's float epsilon. Other dtypes already take
     /// eps in f32: there it is the good kernel.
     EpsF32,
+    /// rms_norm on f64 data with `x` and `gamma` rounded to f32 and `Σx²/K` summed in f32; eps
+    /// added and the reciprocal square root taken in f64, `y = x·rstd·gamma` in f64 from the
+    /// rounded `x` and `gamma` (Apache TVM 0.27's `topi.nn.rms_norm`, which casts data and
+    /// weight to float32 whatever their dtype).
+    F32InputsRms,
+    /// rms_norm on f64 data with the rms `sqrt(Σx²/K + eps)` computed in f32 (x rounded to f32,
+    /// eps to f32) and widened, the rest in f64 (burn-nn 0.22's `RmsNorm::forward`, which casts
+    /// x to f32 for the rms).
+    F32Rms,
     /// The variance (rms_norm: the mean square) doubled: a sharpness control.
     VarDoubled,
     /// `rstd` 25 % too large: a sharpness control.
@@ -113,7 +122,9 @@ impl FamilyKernel for FamilyRecipe {
                 &[Dtype::F16, Dtype::BF16]
             }
             // f32 is the working precision of every other dtype already
-            Some(Flaw::F32Compute | Flaw::EpsF32) => &[Dtype::F64],
+            Some(Flaw::F32Compute | Flaw::EpsF32 | Flaw::F32InputsRms | Flaw::F32Rms) => {
+                &[Dtype::F64]
+            }
             _ => Dtype::ALL,
         }
     }
@@ -212,6 +223,19 @@ impl FamilyRecipe {
                 if self.scaled {
                     return scaled_stats(case, &xs, moments, eps);
                 }
+                if let (Some(f @ (Flaw::F32InputsRms | Flaw::F32Rms)), false, Dtype::F64) =
+                    (self.flaw, case.op.centered(), case.dtype)
+                {
+                    // the mean square of the f32-rounded cells, summed in f32
+                    let x32: Vec<f32> = xs.iter().map(|v| v.to_f64() as f32).collect();
+                    let ss = Summation::Pairwise.sum(Dtype::F32, x32.len(), |i| x32[i] * x32[i]);
+                    let ms = ss / x32.len() as f32;
+                    let rstd = match f {
+                        Flaw::F32Rms => 1.0 / f64::from((ms + case.eps as f32).sqrt()),
+                        _ => 1.0 / (f64::from(ms) + case.eps).sqrt(),
+                    };
+                    return (A::ZERO, A::of(rstd));
+                }
                 let (mean, var) = if case.op.centered() {
                     moments.mean_var(Summation::Pairwise, case.dtype, &xs)
                 } else {
@@ -231,7 +255,19 @@ impl FamilyRecipe {
     }
 
     fn compute<A: Real>(&self, case: &FamilyCase, g: &Grouping) -> Outputs {
-        let read = |name: &str| -> Vec<A> { case.input(name).iter().map(|&v| A::of(v)).collect() };
+        // F32InputsRms: x and gamma rounded to f32 first (f64 data)
+        let narrow = |name: &str| {
+            self.has(Flaw::F32InputsRms)
+                && case.dtype == Dtype::F64
+                && matches!(name, "x" | "gamma")
+        };
+        let read = |name: &str| -> Vec<A> {
+            let to32 = narrow(name);
+            case.input(name)
+                .iter()
+                .map(|&v| A::of(if to32 { v as f32 as f64 } else { v }))
+                .collect()
+        };
         // An intermediate kept for an output is stored in that output's dtype: `xhat` and
         // `dy·w` in the activations' (y, dx), `xhat` for dgamma in dgamma's (f32 in the mixed
         // precisions: the half type there is the defect HalfXhatDgamma).
