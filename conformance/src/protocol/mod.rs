@@ -136,8 +136,6 @@ pub fn regenerate(dir: &Path) -> Result<(Suite, Precision, Filter)> {
     };
     // `export --shard K/N` wrote only that shard's cases: the selection applies it.
     let sel = Selection::from_manifest(&m)?;
-    let s = sel.generate();
-    let (name, seed, dtype, filter) = (&sel.suite, sel.seed, sel.precision, sel.filter);
     let listed: Vec<&str> = m
         .get("cases")
         .and_then(Value::as_array)
@@ -145,6 +143,10 @@ pub fn regenerate(dir: &Path) -> Result<(Suite, Precision, Filter)> {
         .iter()
         .filter_map(Value::as_str)
         .collect();
+    // The sharpness test (control kernels on every case) runs only on the cases the manifest
+    // leaves out: for the listed ones the comparison below decides (`generate_listed`).
+    let s = sel.generate_for(Some(&listed.iter().copied().collect()));
+    let (name, seed, dtype, filter) = (&sel.suite, sel.seed, sel.precision, sel.filter);
     let ours: Vec<&str> = s.cases.iter().map(|c| c.id.as_str()).collect();
     if listed != ours {
         return Err(ConfError::field("manifest.json: cases", format!("do not match suite {name:?} (seed {seed}, {}) as this bnconf generates it: the directory was edited or written by another version", dtype.name())));
@@ -583,6 +585,39 @@ pub(crate) fn case_value(cd: &Path) -> Result<Value> {
 mod tests {
     use super::*;
     use crate::judge::check::prepare;
+
+    /// `regenerate` takes the manifest's list for the cases whose sharpness test it skips
+    /// (`generate_listed`), so the list itself is checked: an export's manifest regenerates its
+    /// suite; one with a kept case taken out of `cases` is refused, naming the field.
+    #[test]
+    fn regenerate_refuses_a_manifest_whose_cases_were_edited() {
+        let sel = crate::suite::Selection::from_names(
+            "default",
+            "f16",
+            crate::suite::DEFAULT_SEED,
+            &["forward"],
+            &["nchw"],
+        )
+        .unwrap();
+        let s = sel.generate();
+        assert!(s.cases.len() > 2 && !s.excluded.is_empty());
+        let dir = std::env::temp_dir().join(format!("bnconf-regen-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        export(&s, sel.precision, &sel.filter, &dir).unwrap();
+        let (again, _, _) = regenerate(&dir).unwrap();
+        let ids = |s: &Suite| s.cases.iter().map(|c| c.id.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(&again), ids(&s));
+        assert_eq!(again.excluded, s.excluded);
+        let mpath = dir.join("manifest.json");
+        let mut m: Value = serde_json::from_str(&std::fs::read_to_string(&mpath).unwrap()).unwrap();
+        m["cases"].as_array_mut().unwrap().remove(1);
+        std::fs::write(&mpath, serde_json::to_string(&m).unwrap()).unwrap();
+        let err = regenerate(&dir)
+            .expect_err("an edited list is refused")
+            .to_string();
+        assert!(err.contains("manifest.json: cases"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// `judge_dir` streams what preparing every case at once and judging each gives, result
     /// for result (verdicts, ratios, worst elements, the failing outputs kept), whatever the

@@ -92,6 +92,29 @@ pub fn generate_in(
     seed: u64,
     filter: &Filter,
 ) -> Option<Suite> {
+    generate_listed(name, precisions, seed, filter, None)
+}
+
+/// [`generate_in`] for judging a directory whose manifest lists the cases `listed`: the
+/// sharpness test ([`non_discriminating`]: the control kernels run on the case, the generator's
+/// dearest step) runs only on the cases `listed` leaves out; a listed case is kept unless
+/// ill-posed or unwritable. For the list an export wrote (the cases this generator keeps) the
+/// suite is the same, cases and exclusions alike. For any other list the suite still tells the
+/// caller, who compares its cases with the list: a case the list leaves out but this generator
+/// keeps is tested and kept, so the two differ; a listed case the test would leave out is
+/// judged (its controls stay within the budget, so a kernel within rounding of the exact
+/// values passes it too: a stricter check, never a laxer one).
+pub fn generate_listed(
+    name: &str,
+    precisions: &[Precision],
+    seed: u64,
+    filter: &Filter,
+    listed: Option<&std::collections::HashSet<&str>>,
+) -> Option<Suite> {
+    let sharpness = |case: &SuiteCase| match listed {
+        Some(l) if l.contains(case.id.as_str()) => None,
+        _ => non_discriminating(case),
+    };
     let levels = suite_levels(name)?;
     let root = Rng::new(seed);
     let mut cases = Vec::new();
@@ -108,7 +131,7 @@ pub fn generate_in(
         // it) is decided on its own, in parallel; the suite keeps the generated order.
         let reasons: Vec<Option<String>> = generated
             .par_iter()
-            .map(|case| why_not(case).or_else(|| non_discriminating(case)))
+            .map(|case| why_not(case).or_else(|| sharpness(case)))
             .collect();
         for (case, reason) in generated.into_iter().zip(reasons) {
             match reason {
@@ -171,7 +194,7 @@ pub fn generate_in(
                         ));
                         continue;
                     }
-                    match ill_posed(&case).or_else(|| non_discriminating(&case)) {
+                    match ill_posed(&case).or_else(|| sharpness(&case)) {
                         Some(why) => excluded.push((id, why)),
                         None => cases.push(case),
                     }
@@ -566,5 +589,59 @@ mod tests {
                 assert!(s.excluded.iter().all(|(_, why)| !why.is_empty()));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod listed_tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    /// `generate_listed` (how `check DIR` regenerates) with the cases an export lists is the
+    /// suite itself, cases (inputs included) and exclusions alike; a non-discriminating case
+    /// the list names is kept (judged); an ill-posed one stays out; a kept case the list leaves
+    /// out is still tested and kept, so the caller's comparison with the list catches it.
+    #[test]
+    fn a_listed_manifest_regenerates_the_suite_and_other_lists_show() {
+        let (mut sharp, mut ill) = (0, 0);
+        for f in [FloatFormat::F16, FloatFormat::BF16, FloatFormat::F32] {
+            let s = test_suite("default", &[f]);
+            let prec = [Precision::uniform(f)];
+            let gen = |l: &HashSet<&str>| {
+                generate_listed("default", &prec, DEFAULT_SEED, &Filter::default(), Some(l))
+                    .unwrap()
+            };
+            let ids: HashSet<&str> = s.cases.iter().map(|c| c.id.as_str()).collect();
+            let again = gen(&ids);
+            assert_eq!(again.excluded, s.excluded, "{f:?}");
+            assert_eq!(again.cases.len(), s.cases.len(), "{f:?}");
+            for (a, b) in again.cases.iter().zip(&s.cases) {
+                assert_eq!((&a.id, &a.inputs), (&b.id, &b.inputs));
+            }
+            for (id, why) in &s.excluded {
+                let mut more = ids.clone();
+                more.insert(id.as_str());
+                let t = gen(&more);
+                let kept = t.cases.iter().any(|c| &c.id == id);
+                if why.starts_with("non-discriminating") {
+                    assert!(kept, "{id}: {why}");
+                    sharp += 1;
+                } else if why.starts_with("channel") {
+                    assert!(!kept, "{id}: {why}");
+                    ill += 1;
+                }
+                if sharp > 0 && ill > 0 {
+                    break;
+                }
+            }
+            let first = s.cases[0].id.as_str();
+            let mut fewer = ids.clone();
+            fewer.remove(first);
+            assert!(gen(&fewer).cases.iter().any(|c| c.id == first), "{first}");
+        }
+        assert!(
+            sharp > 0 && ill > 0,
+            "{sharp} non-discriminating, {ill} ill-posed"
+        );
     }
 }

@@ -5,7 +5,7 @@
 //! parse); the order of the checks (dtype, ops, layouts, suite) is the same for all.
 
 use crate::error::{ConfError, Result};
-use crate::suite::generate::{generate_in, suite_levels, Filter, Suite};
+use crate::suite::generate::{suite_levels, Filter, Suite};
 use crate::suite::level::{parse_precision, Precision};
 use crate::suite::manifest::manifest_json_in;
 use crate::suite::shard::{self, Shard};
@@ -144,8 +144,22 @@ impl Selection {
     /// The selected cases: the suite generated in its precision, filtered, then only the
     /// shard's cases (if any).
     pub fn generate(&self) -> Suite {
-        let mut s = generate_in(&self.suite, &[self.precision], self.seed, &self.filter)
-            .expect("suite name checked when the selection was made");
+        self.generate_for(None)
+    }
+
+    /// [`Selection::generate`] for judging a directory whose manifest lists the cases
+    /// `listed`: the sharpness test runs only on the cases it leaves out
+    /// ([`generate_listed`](super::generate::generate_listed)); the same suite for the list
+    /// an export of this selection wrote.
+    pub fn generate_for(&self, listed: Option<&std::collections::HashSet<&str>>) -> Suite {
+        let mut s = super::generate::generate_listed(
+            &self.suite,
+            &[self.precision],
+            self.seed,
+            &self.filter,
+            listed,
+        )
+        .expect("suite name checked when the selection was made");
         if let Some(sh) = self.shard {
             sh.apply(&mut s);
         }
