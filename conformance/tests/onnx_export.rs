@@ -205,7 +205,7 @@ fn check_precision(prec: &str) {
             for (j, got) in v.iter().enumerate() {
                 let want = round(&pp.exact_at(name, j), f).to_f64();
                 assert_eq!(got.to_bits(), want.to_bits(), "{id}: {name}[{j}]");
-                let bw = pp.k * u * pp.budgets[name][j].total(u);
+                let bw = pp.k * u * pp.budget_at(name, j).total(u);
                 assert_eq!(b.get(j).to_bits(), bw.to_bits(), "{id}: budget {name}[{j}]");
                 compared += 1;
             }

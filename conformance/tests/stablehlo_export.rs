@@ -185,7 +185,7 @@ fn check_dtype(t: FloatFormat) {
                     "{}: golden {name}[{i}]",
                     mc.id
                 );
-                let bw = p.k * u * p.budgets[name][i].total(u);
+                let bw = p.k * u * p.budget_at(name, i).total(u);
                 assert_eq!(
                     b.get(i).to_bits(),
                     bw.to_bits(),

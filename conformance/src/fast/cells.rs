@@ -31,6 +31,40 @@ fn to_f64s(d: &NpyData) -> Vec<f64> {
     (0..d.len()).map(|i| d.get(i)).collect()
 }
 
+/// Calls `f(run, c)` for the positions `lo..hi` of a tensor of geometry `g` (flat, layout
+/// order) in maximal consecutive runs of one channel `c`, in order: runs of `m` cells
+/// (rows, flat, chw), of `hw` (the channels-first layouts) or single cells (channels-last),
+/// with no division per run.
+#[inline(always)]
+pub fn channel_runs(
+    g: &Geometry,
+    lo: usize,
+    hi: usize,
+    mut f: impl FnMut(std::ops::Range<usize>, usize),
+) {
+    if lo >= hi {
+        return;
+    }
+    let (run, mut c) = match g.layout {
+        Layout::Rows | Layout::Flat | Layout::Chw => (g.m, lo / g.m),
+        Layout::Nchw | Layout::Nc | Layout::Ncl | Layout::Ncdhw => (g.hw, (lo / g.hw) % g.c),
+        Layout::Nhwc | Layout::Ndhwc => (1, lo % g.c),
+    };
+    let (mut j, mut end) = (lo, (lo / run + 1) * run);
+    loop {
+        let e = end.min(hi);
+        f(j..e, c);
+        if e >= hi {
+            return;
+        }
+        (j, end) = (e, end + run);
+        c += 1;
+        if c == g.c {
+            c = 0;
+        }
+    }
+}
+
 impl FastCells {
     /// Exact sums and constants of every channel (in parallel; the first failing channel in
     /// channel order reports, as the exact path does).
@@ -95,6 +129,7 @@ impl FastCells {
         }
     }
 
+    #[inline(always)]
     pub(super) fn inputs_at(&self, j: usize) -> (f64, f64) {
         (self.x[j], self.dy.as_ref().map_or(0.0, |d| d[j]))
     }
@@ -111,6 +146,36 @@ impl FastCells {
         Some(k.approx(x, d))
     }
 
+    /// [`FastCells::approx`] of position `j` whose channel `c` the caller knows (from
+    /// [`channel_runs`]).
+    #[inline]
+    pub fn approx_in(&self, c: usize, j: usize) -> Option<(DD, f64)> {
+        self.approx_in_by::<super::dd::Portable>(c, j)
+    }
+
+    /// [`FastCells::approx_in`] with the exact products formed by `P` (the same result; inlined
+    /// into its caller, so that `dd::Fused` takes one instruction in FMA-compiled code).
+    #[inline(always)]
+    pub fn approx_in_by<P: super::dd::Prod>(&self, c: usize, j: usize) -> Option<(DD, f64)> {
+        let k = &self.chans[c].dd;
+        if !k.ok {
+            return None;
+        }
+        let (x, d) = self.inputs_at(j);
+        Some(k.approx_by::<P>(x, d))
+    }
+
+    /// The inputs of the cell at flat position `j`: `x` and `dy` (0 for ops without one).
+    #[inline(always)]
+    pub fn cell_inputs(&self, j: usize) -> (f64, f64) {
+        self.inputs_at(j)
+    }
+
+    /// The geometry.
+    pub fn geom(&self) -> &Geometry {
+        &self.geom
+    }
+
     /// The cell output at flat position `j`, exactly.
     pub fn exact(&self, j: usize) -> QSqrt {
         let (x, d) = self.inputs_at(j);
@@ -125,5 +190,57 @@ impl FastCells {
         (0..n)
             .map(|k| self.chans.iter().map(|ch| ch.outs[k].clone()).collect())
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bnconf_spec::Layout;
+
+    /// `channel_runs` covers `lo..hi` in order, in runs of one channel each, and names the
+    /// channel `FastCells::channel_of` computes for every position, in every layout and from
+    /// any start (runs cut at both ends).
+    #[test]
+    fn channel_runs_name_each_positions_channel() {
+        let shapes: [(Layout, &[usize]); 10] = [
+            (Layout::Rows, &[3, 5]),
+            (Layout::Flat, &[4, 6]),
+            (Layout::Chw, &[3, 2, 4]),
+            (Layout::Nchw, &[2, 3, 2, 3]),
+            (Layout::Nc, &[4, 3]),
+            (Layout::Ncl, &[2, 3, 5]),
+            (Layout::Ncdhw, &[2, 3, 2, 1, 2]),
+            (Layout::Nhwc, &[2, 2, 3, 3]),
+            (Layout::Ndhwc, &[2, 1, 2, 2, 3]),
+            (Layout::Nchw, &[1, 1, 1, 7]),
+        ];
+        let mut n = 0;
+        for (layout, shape) in shapes {
+            let g = Geometry::new(layout, shape, usize::MAX).unwrap();
+            let fc = FastCells {
+                op: Op::Forward,
+                geom: g.clone(),
+                x: vec![0.0; g.len()],
+                dy: None,
+                chans: vec![],
+            };
+            for lo in 0..=g.len() {
+                for hi in lo..=g.len() {
+                    let mut seen = vec![];
+                    channel_runs(&g, lo, hi, |run, c| {
+                        assert!(!run.is_empty(), "{layout:?} {lo}..{hi}");
+                        for j in run {
+                            seen.push((j, c));
+                        }
+                    });
+                    let want: Vec<(usize, usize)> =
+                        (lo..hi).map(|j| (j, fc.channel_of(j))).collect();
+                    assert_eq!(seen, want, "{layout:?} {shape:?} {lo}..{hi}");
+                    n += 1;
+                }
+            }
+        }
+        assert!(n > 1000, "{n}");
     }
 }

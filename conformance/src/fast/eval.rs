@@ -371,7 +371,7 @@ pub(super) fn cells_chunk_best<T: Cell>(
 
 /// Whether [`cells_chunk_best`] takes the FMA path (decided once per process).
 #[cfg(target_arch = "x86_64")]
-pub(super) fn use_fma() -> bool {
+pub fn use_fma() -> bool {
     static FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *FMA.get_or_init(|| {
         std::arch::is_x86_feature_detected!("fma")

@@ -47,6 +47,7 @@ pub mod round;
 pub mod sums;
 
 pub use crate::par::with_threads;
+pub use cells::channel_runs;
 pub use eval::{compute, compute_cells, decide_f32, decide_f64};
 pub use golden::*;
 pub use npy_case::read_fast_case;

@@ -115,14 +115,14 @@ impl Prepared {
                 n_exact
             ));
         }
-        let ratios = self.ratios(name, vals, u);
+        let (ratios, allowed) = self.ratios_and_allowed(name, vals, u);
         Ok(worst_of(
             name,
             &ratios,
-            (self.k, u),
+            self.k,
             vals,
             |i| self.exact_at(name, i),
-            &self.budgets[name],
+            (|i| self.budget_at(name, i), allowed),
         ))
     }
 }
@@ -164,7 +164,8 @@ mod tests {
             let n = ratios.len();
             let vals: Vec<f64> = (0..n).map(|i| i as f64 + 0.5).collect();
             let exact = |i: usize| QSqrt::int(i as i64);
-            let o = worst_of("y", ratios, (k, 1.0), &vals, exact, &vec![b; n]);
+            let allowed = crate::judge::verdict::max_allowed(&vec![b; n], k, 1.0);
+            let o = worst_of("y", ratios, k, &vals, exact, (|_| b, allowed));
             assert_eq!(o.len, n);
             assert_eq!(o.actual, vals[o.index]);
             assert_eq!(o.expected, o.index.to_string());

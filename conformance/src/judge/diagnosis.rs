@@ -81,10 +81,7 @@ pub fn reproduces(
         let (Some(a), Some(b)) = (ours.get(name), theirs.get(name)) else {
             return false;
         };
-        let Some(budgets) = p.budgets.get(name) else {
-            return false;
-        };
-        if a.len() != b.len() || a.len() != budgets.len() {
+        if a.len() != b.len() || a.len() != p.output_len(name) {
             return false;
         }
         let u = p.case.dtype_of(name).unit_roundoff();
@@ -95,7 +92,7 @@ pub fn reproduces(
             } else if !x.is_finite() || !y.is_finite() {
                 return false;
             } else {
-                let total = budgets[i].total(u);
+                let total = p.budget_at(name, i).total(u);
                 if total.is_infinite() {
                     0.0
                 } else if total.is_nan() || total <= 0.0 {

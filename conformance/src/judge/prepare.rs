@@ -3,7 +3,7 @@
 //! double-double approximations; large and replicated cases through the fast cells
 //! ([`crate::fast::cells`]). Expected values always come from the exact reference.
 
-use crate::judge::budget::{self, ElementBudget};
+use crate::judge::budget::{self, CellBound, ElementBudget};
 use crate::par::*;
 use crate::suite::SuiteCase;
 use bnconf_spec::exact::round::{round, FloatFormat};
@@ -18,7 +18,8 @@ pub struct Prepared {
     pub case: SuiteCase,
     /// Exact outputs.
     pub golden: Outputs,
-    /// Budgets per output element.
+    /// Budgets per output element (of a large case, the per-channel outputs' only: its cell
+    /// output's come from `cell_bounds`, [`Prepared::budget_at`]).
     pub budgets: BTreeMap<&'static str, Vec<ElementBudget>>,
     /// Allowance k(m).
     pub k: f64,
@@ -29,6 +30,9 @@ pub struct Prepared {
     /// per-channel outputs); its exact values come from these per-channel constants
     /// ([`Prepared::exact_at`]).
     pub fast: Option<std::sync::Arc<crate::fast::cells::FastCells>>,
+    /// Large cases: per channel, the cell output's budget as a function of the cell
+    /// ([`CellBound`]), computed where each element is judged and never stored.
+    pub cell_bounds: Option<std::sync::Arc<Vec<CellBound>>>,
     /// Replicated backward cases: per rank, the exact part of `dgamma`/`dbeta` its shard
     /// contributes (`dgamma_local`/`dbeta_local`, judged when a rank writes them).
     pub locals: Option<std::sync::Arc<Vec<crate::judge::replicated::RankLocal>>>,
@@ -57,24 +61,26 @@ fn prepare_fast(c: &SuiteCase) -> Option<Prepared> {
 
 /// The preparation of case `c` from its fast parts ([`fast_parts`]).
 fn from_fast_parts(c: SuiteCase, parts: FastParts) -> Prepared {
-    let (k, golden, budgets, approx, fast, locals) = parts;
+    let (k, golden, bounds, approx, fast, locals) = parts;
     Prepared {
         k,
         case: c,
         golden,
-        budgets,
+        budgets: bounds.channel,
+        cell_bounds: Some(std::sync::Arc::new(bounds.cells)),
         approx,
         fast: Some(fast),
         locals,
     }
 }
 
-/// What the fast preparation computes of a case: `k`, the goldens, budgets and
-/// approximations of its per-channel outputs, its fast cells and its ranks' parts.
+/// What the fast preparation computes of a case: `k`, the goldens of its per-channel
+/// outputs, its bounds (per channel), the approximations of its per-channel outputs, its
+/// fast cells and its ranks' parts.
 type FastParts = (
     f64,
     Outputs,
-    BTreeMap<&'static str, Vec<ElementBudget>>,
+    budget::CaseBounds,
     BTreeMap<&'static str, Vec<Approx>>,
     std::sync::Arc<crate::fast::cells::FastCells>,
     Option<std::sync::Arc<Vec<crate::judge::replicated::RankLocal>>>,
@@ -86,7 +92,7 @@ fn fast_parts(c: &SuiteCase) -> Option<FastParts> {
     let fp = c.fast_problem().ok()?;
     let fc = crate::fast::cells::FastCells::new(&fp).ok()?;
     drop(fp);
-    let budgets = budget::budgets_bound_f64(c.op, &geom, &eps, &c.inputs).ok()?;
+    let bounds = budget::case_bounds_f64(c.op, &geom, &eps, &c.inputs).ok()?;
     let mut golden = Outputs::new();
     let mut approx = BTreeMap::new();
     for (&name, vals) in c.op.outputs()[1..].iter().zip(fc.channel_outputs()) {
@@ -99,7 +105,7 @@ fn fast_parts(c: &SuiteCase) -> Option<FastParts> {
     Some((
         budget::k_allowance(geom.m),
         golden,
-        budgets,
+        bounds,
         approx,
         std::sync::Arc::new(fc),
         locals,
@@ -125,23 +131,134 @@ impl Prepared {
         }
     }
 
+    /// The budget of element `i` of output `name` (of a large case's cell output, computed
+    /// from its cell: [`CellBound::at`]).
+    pub fn budget_at(&self, name: &str, i: usize) -> ElementBudget {
+        match (self.budgets.get(name), &self.fast, &self.cell_bounds) {
+            (Some(b), _, _) => b[i],
+            (None, Some(f), Some(cb)) => {
+                let (x, d) = f.cell_inputs(i);
+                cb[f.channel_of(i)].at(x, d)
+            }
+            _ => panic!("no budgets of output {name}"),
+        }
+    }
+
+    /// The budgets of every element of output `name` ([`Prepared::budget_at`] of each).
+    pub fn budgets_of(&self, name: &str) -> Vec<ElementBudget> {
+        match self.budgets.get(name) {
+            Some(b) => b.clone(),
+            None => (0..self.output_len(name))
+                .map(|i| self.budget_at(name, i))
+                .collect(),
+        }
+    }
+
     /// The ratio `|computed − exact| / (u·budget)` of every element of output `name`
     /// (lengths already checked).
     pub fn ratios(&self, name: &str, vals: &[f64], u: f64) -> Vec<f64> {
-        let b = &self.budgets[name];
+        self.ratios_and_allowed(name, vals, u).0
+    }
+
+    /// [`Prepared::ratios`], and the largest error the gate accepts on any element,
+    /// `max_i k·u·total_i(u)` ([`verdict::max_allowed`](crate::judge::verdict::max_allowed)).
+    /// A large case's cell output in one pass over its cells: each element's budget is
+    /// computed from its cell where its ratio is, channel by channel, never stored.
+    pub fn ratios_and_allowed(&self, name: &str, vals: &[f64], u: f64) -> (Vec<f64>, f64) {
+        let Some(b) = self.budgets.get(name) else {
+            let (f, cb) = match (&self.fast, &self.cell_bounds) {
+                (Some(f), Some(cb)) => (f, cb),
+                _ => panic!("no budgets of output {name}"),
+            };
+            return fast_cell_ratios(f, cb, vals, u, self.k);
+        };
+        let allowed = crate::judge::verdict::max_allowed(b, self.k, u);
         if let (Some(f), None) = (&self.fast, self.golden.get(name)) {
-            return vals
+            let r = vals
                 .par_iter()
                 .enumerate()
                 .map(|(i, &v)| fast_ratio(f, i, v, &b[i], u, self.k))
                 .collect();
+            return (r, allowed);
         }
         let exact = &self.golden[name];
         let ap = &self.approx[name];
-        (0..vals.len())
+        let r = (0..vals.len())
             .map(|i| ap[i].ratio(vals[i], &exact[i], &b[i], u))
-            .collect()
+            .collect();
+        (r, allowed)
     }
+}
+
+/// Cells per task of [`fast_cell_ratios`].
+const RATIO_CHUNK: usize = 1 << 14;
+
+/// The ratios of a large case's cell output and the largest allowed error of its elements:
+/// per chunk of cells, per run of one channel ([`crate::fast::channel_runs`]), each cell's
+/// budget ([`CellBound::at`]), double-double value and ratio ([`fast_ratio_by`]). The same
+/// numbers, for any thread count, as the budgets stored and judged element by element.
+fn fast_cell_ratios(
+    f: &crate::fast::cells::FastCells,
+    cb: &[CellBound],
+    vals: &[f64],
+    u: f64,
+    k: f64,
+) -> (Vec<f64>, f64) {
+    let mut ratios = vec![0.0; vals.len()];
+    let allowed = ratios
+        .par_chunks_mut(RATIO_CHUNK)
+        .enumerate()
+        .map(|(ci, out)| {
+            let at = (ci * RATIO_CHUNK, u, k);
+            #[cfg(target_arch = "x86_64")]
+            if crate::fast::eval::use_fma() {
+                // SAFETY: the CPU supports AVX2 and FMA (use_fma checked it at run time).
+                return unsafe { ratio_chunk_fma(f, cb, vals, at, out) };
+            }
+            ratio_chunk::<crate::fast::dd::Portable>(f, cb, vals, at, out)
+        })
+        .collect::<Vec<f64>>()
+        .into_iter()
+        .fold(0f64, f64::max);
+    (ratios, allowed)
+}
+
+/// One chunk of [`fast_cell_ratios`], cells `lo..lo + out.len()` (`(lo, u, k)`): their ratios
+/// into `out`, and the largest allowed error among them. Products formed by `P`.
+#[inline(always)]
+fn ratio_chunk<P: crate::fast::dd::Prod>(
+    f: &crate::fast::cells::FastCells,
+    cb: &[CellBound],
+    vals: &[f64],
+    (lo, u, k): (usize, f64, f64),
+    out: &mut [f64],
+) -> f64 {
+    let mut allowed = 0f64;
+    crate::fast::channel_runs(f.geom(), lo, lo + out.len(), |run, c| {
+        let bc = &cb[c];
+        for j in run {
+            let (x, d) = f.cell_inputs(j);
+            let b = bc.at(x, d);
+            allowed = allowed.max(k * u * b.total(u));
+            let approx = f.approx_in_by::<P>(c, j);
+            out[j - lo] = fast_ratio_by(approx, vals[j], &b, u, k, || f.exact(j));
+        }
+    });
+    allowed
+}
+
+/// [`ratio_chunk`] compiled for CPUs with FMA (the double-double products in one `vfmadd`;
+/// bit-identical results: [`crate::fast::dd::Prod`]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn ratio_chunk_fma(
+    f: &crate::fast::cells::FastCells,
+    cb: &[CellBound],
+    vals: &[f64],
+    at: (usize, f64, f64),
+    out: &mut [f64],
+) -> f64 {
+    ratio_chunk::<crate::fast::dd::Fused>(f, cb, vals, at, out)
 }
 
 /// The ratio of element `i` of a fast case: from the double-double value and its error bound,
@@ -154,11 +271,25 @@ fn fast_ratio(
     u: f64,
     k: f64,
 ) -> f64 {
+    fast_ratio_by(f.approx(i), computed, b, u, k, || f.exact(i))
+}
+
+/// [`fast_ratio`] from the element's double-double value and error bound (`None` where the
+/// bound does not apply) and its exact value on demand.
+#[inline]
+fn fast_ratio_by(
+    approx: Option<(crate::fast::dd::DD, f64)>,
+    computed: f64,
+    b: &ElementBudget,
+    u: f64,
+    k: f64,
+    exact: impl FnOnce() -> QSqrt,
+) -> f64 {
     if !computed.is_finite() {
         return f64::INFINITY;
     }
     let total = b.total(u);
-    if let (Some((v, err)), true) = (f.approx(i), computed.abs() <= 2f64.powi(1000)) {
+    if let (Some((v, err)), true) = (approx, computed.abs() <= 2f64.powi(1000)) {
         if total.is_finite() && total > 0.0 {
             let d = crate::fast::dd::DD::from_f64(computed) + -v;
             let diff = (d.hi + d.lo).abs();
@@ -166,6 +297,11 @@ fn fast_ratio(
             // the true |computed − exact|.
             let unc = err + diff * 2f64.powi(-50);
             let scale = u * total;
+            // The common case first, without dividing: `diff + unc <= k·scale·(1 − 2^-50)`
+            // (both products rounded up by at most 2^-53) makes `hi <= k` below certain.
+            if diff + unc <= k * scale * (1.0 - 2f64.powi(-50)) {
+                return diff / scale;
+            }
             let (lo, hi) = ((diff - unc) / scale, (diff + unc) / scale);
             if hi <= k || lo > k {
                 return diff / scale;
@@ -175,7 +311,7 @@ fn fast_ratio(
         }
     }
     count_exact_fallback();
-    b.ratio(computed, &f.exact(i), u)
+    b.ratio(computed, &exact(), u)
 }
 
 /// Counts one fall-back to the exact ratio (in tests; nothing otherwise).
@@ -329,6 +465,7 @@ fn prepare_case(c: SuiteCase, allow_fast: bool) -> Result<Prepared, bnconf_spec:
         case: c,
         golden,
         budgets,
+        cell_bounds: None,
         approx,
         fast: None,
         locals,
@@ -400,6 +537,81 @@ mod tests {
             }
         }
         assert!(n > 700, "{n}");
+    }
+
+    /// A large case's cell output judged in one pass (budgets computed per cell where the
+    /// ratio is, never stored: `ratios_and_allowed`) gives the ratios and largest allowed
+    /// error of the stored budgets judged element by element (`budgets_bound_f64`,
+    /// `fast_ratio`, `max_allowed`), bit for bit, with one thread or two: on every default-suite
+    /// case the fast cells cover (f32, f64, every layout), on computed values at, near and far
+    /// from the exact ones and the gate; `budget_at` and `budgets_of` are those budgets too.
+    #[test]
+    fn one_pass_ratios_are_the_stored_budgets_ratios() {
+        let s = crate::suite::test_suite("default", &[FloatFormat::F32, FloatFormat::F64]);
+        let mut n = 0;
+        let mut layouts = std::collections::BTreeSet::new();
+        for c in s.cases.iter().filter(|c| crate::fast::covers(c.op)) {
+            let p = prepare_fast(c).expect("a fast preparation");
+            let f = p.fast.as_deref().expect("fast cells");
+            let name = c.op.outputs()[0];
+            let geom = bnconf_spec::Geometry::new(c.layout, &c.shape, usize::MAX).unwrap();
+            let eps = bnconf_spec::exact::parse::parse_rational(&c.eps).unwrap();
+            let stored = budget::budgets_bound_f64(c.op, &geom, &eps, &c.inputs).unwrap();
+            let b = &stored[name];
+            assert_eq!(&p.budgets_of(name), b, "{}", c.id);
+            let (u, k) = (c.dtype.unit_roundoff(), p.k);
+            let vals: Vec<f64> = (0..f.len())
+                .map(|i| {
+                    let e = approx(&f.exact(i));
+                    let scale = u * b[i].total(u);
+                    match i % 6 {
+                        0 => e,
+                        1 => e + scale * 0.5,
+                        2 => e - scale * k,
+                        3 => (e + scale * k).next_up(),
+                        4 => e + scale * 1e3,
+                        _ => e * (1.0 + u),
+                    }
+                })
+                .collect();
+            let want: Vec<u64> = (0..f.len())
+                .map(|i| fast_ratio(f, i, vals[i], &b[i], u, k).to_bits())
+                .collect();
+            let allowed = crate::judge::verdict::max_allowed(b, k, u);
+            for threads in [1, 2] {
+                let (r, a) = crate::par::with_threads(Some(threads), || {
+                    p.ratios_and_allowed(name, &vals, u)
+                })
+                .unwrap();
+                let got: Vec<u64> = r.iter().map(|v| v.to_bits()).collect();
+                assert_eq!(got, want, "{} ({threads} threads)", c.id);
+                assert_eq!(a.to_bits(), allowed.to_bits(), "{}", c.id);
+            }
+            for i in [0, f.len() / 2, f.len() - 1] {
+                assert_eq!(p.budget_at(name, i), b[i], "{}[{i}]", c.id);
+            }
+            layouts.insert(c.layout.name());
+            n += 1;
+        }
+        assert!(
+            n > 100 && layouts.len() >= 4,
+            "{n} cases, layouts {layouts:?}"
+        );
+    }
+
+    proptest::proptest! {
+        /// The shortcut of `fast_ratio_by` (no division): wherever `diff + unc <= k·scale·(1 −
+        /// 2^-50)`, the test it skips, `(diff + unc)/scale <= k`, holds in floating point.
+        #[test]
+        fn the_ratio_shortcut_implies_the_division_test(
+            d in 0f64..1e6, un in 0f64..1e3, sc in 1e-300f64..1e300, k in 4f64..60.0,
+            e in -600i32..600
+        ) {
+            let (diff, unc) = (d * 2f64.powi(e), un * 2f64.powi(e));
+            if diff + unc <= k * sc * (1.0 - 2f64.powi(-50)) {
+                proptest::prop_assert!((diff + unc) / sc <= k);
+            }
+        }
     }
 
     /// Which cases go through the fast cells: those of an op the fast path covers with at
@@ -498,7 +710,7 @@ mod tests {
         for c in s.cases.iter().filter(|c| crate::fast::covers(c.op)) {
             let p = prepare_fast(c).expect("a fast preparation");
             let f = p.fast.as_deref().expect("fast cells");
-            let b = &p.budgets[c.op.outputs()[0]];
+            let b = &p.budgets_of(c.op.outputs()[0]);
             let (u, k) = (c.dtype.unit_roundoff(), p.k);
             for (i, bi) in b.iter().enumerate().take(f.len().min(8)) {
                 let exact = f.exact(i);

@@ -93,7 +93,15 @@ impl Prepared {
                     let ratios: Vec<f64> = (0..v.len())
                         .map(|i| b[i].ratio(v[i], &gold[i], u))
                         .collect();
-                    let mut o = worst_of(name, &ratios, (self.k, u), v, |i| gold[i].clone(), b);
+                    let allowed = crate::judge::verdict::max_allowed(b, self.k, u);
+                    let mut o = worst_of(
+                        name,
+                        &ratios,
+                        self.k,
+                        v,
+                        |i| gold[i].clone(),
+                        (|i| b[i], allowed),
+                    );
                     o.rank = Some(r);
                     outs.push(o);
                 }

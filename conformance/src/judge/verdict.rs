@@ -92,14 +92,14 @@ pub struct CaseResult {
 
 /// The [`OutputResult`] of an output from its ratios: the worst element (the first of the
 /// greatest ratio, a NaN ratio counting as +inf), the count over `k` (a ratio of exactly `k`
-/// is within it).
+/// is within it); `budget_at` gives an element's budget, `allowed` is [`max_allowed`] of all.
 pub(crate) fn worst_of(
     name: &str,
     ratios: &[f64],
-    (k, u): (f64, f64),
+    k: f64,
     vals: &[f64],
     exact_at: impl Fn(usize) -> QSqrt,
-    budgets: &[ElementBudget],
+    (budget_at, allowed): (impl Fn(usize) -> ElementBudget, f64),
 ) -> OutputResult {
     // (The ratio functions return inf, never NaN, for a non-finite value; this keeps a NaN
     // from hiding behind a finite ratio should one ever come.)
@@ -119,20 +119,29 @@ pub(crate) fn worst_of(
         expected: worst_exact.to_string(),
         expected_f64: round(&worst_exact, FloatFormat::F64).to_f64(),
         actual: vals[worst],
-        budget: budgets[worst],
+        budget: budget_at(worst),
         n_over,
         len: vals.len(),
         rank: None,
-        allowed_rel: allowed_rel(vals, budgets, k, u),
+        allowed_rel: allowed_rel_of(vals, allowed),
     }
 }
 
 /// [`OutputResult::allowed_rel`]: `max_i k·u·total_i(u)` over the largest finite `|vals_i|`.
 pub fn allowed_rel(vals: &[f64], budgets: &[ElementBudget], k: f64, u: f64) -> f64 {
-    let allowed = budgets
+    allowed_rel_of(vals, max_allowed(budgets, k, u))
+}
+
+/// `max_i k·u·total_i(u)`: the largest error the gate accepts on any element (0 for none).
+pub fn max_allowed(budgets: &[ElementBudget], k: f64, u: f64) -> f64 {
+    budgets
         .iter()
         .map(|b| k * u * b.total(u))
-        .fold(0f64, f64::max);
+        .fold(0f64, f64::max)
+}
+
+/// [`allowed_rel`] from the largest allowed error ([`max_allowed`]).
+pub fn allowed_rel_of(vals: &[f64], allowed: f64) -> f64 {
     let scale = vals
         .iter()
         .filter(|v| v.is_finite())

@@ -187,12 +187,28 @@ pub const UNDERFLOW_STEPS: f64 = 2.0;
 /// The absolute underflow term of the budget in the dtype whose unit roundoff is `u`:
 /// `UNDERFLOW_STEPS · tiny`, `tiny` the dtype's smallest subnormal (f64 `2^-1074`, f32
 /// `2^-149`, f16 `2^-24`, bf16 `2^-133`). A `u` that is no dtype's gets the f64 term.
+///
+/// (Called for every element judged: a table of constants, no power computed at run time;
+/// tested equal to `UNDERFLOW_STEPS · min_subnormal(f)` for every format.)
 pub fn underflow(u: f64) -> f64 {
-    let f = FloatFormat::ALL
-        .into_iter()
-        .find(|f| f.unit_roundoff() == u)
-        .unwrap_or(FloatFormat::F64);
-    UNDERFLOW_STEPS * min_subnormal(f)
+    // (u, tiny) of f64, f32, f16, bf16
+    const UT: [(f64, f64); 4] = [
+        (pow2(-53), pow2(-1074)),
+        (pow2(-24), pow2(-149)),
+        (pow2(-11), pow2(-24)),
+        (pow2(-8), pow2(-133)),
+    ];
+    let tiny = UT.iter().find(|t| t.0 == u).map_or(UT[0].1, |t| t.1);
+    UNDERFLOW_STEPS * tiny
+}
+
+/// `2^e` for `-1074 <= e <= 1023`, at compile time.
+const fn pow2(e: i32) -> f64 {
+    if e >= -1022 {
+        f64::from_bits(((e + 1023) as u64) << 52)
+    } else {
+        f64::from_bits(1u64 << (e + 1074))
+    }
 }
 
 /// Smallest positive subnormal of a format: `2^(emin - p + 1)`.
@@ -289,19 +305,54 @@ pub fn budgets(
 
 /// [`budgets`] by [`Method::Bound`] for an op of the fast path (`forward`, `backward`,
 /// `eval`, `sync_forward`, `sync_backward`) whose inputs are binary floats given as f64,
-/// without building the whole exact problem: each channel's inputs become exact numbers only
-/// while that channel is bounded (channels in parallel), so a case of millions of cells never
-/// holds a big number per cell. The same bounds as [`budgets`] on the same problem.
+/// without building the whole exact problem: [`case_bounds_f64`], the cell output's budgets
+/// evaluated at every cell in layout order. The same bounds as [`budgets`] on the same problem.
 pub fn budgets_bound_f64(
     op: Op,
     geom: &bnconf_spec::Geometry,
     eps: &Rational,
     inputs: &BTreeMap<String, Vec<f64>>,
 ) -> Result<BTreeMap<&'static str, Vec<ElementBudget>>, SpecError> {
+    let cb = case_bounds_f64(op, geom, eps, inputs)?;
+    let mut out = cb.channel;
+    let x = &inputs["x"];
+    let dy = inputs.get("dy");
+    let mut cells = vec![ElementBudget::default(); geom.len()];
+    crate::fast::channel_runs(geom, 0, geom.len(), |run, c| {
+        let b = &cb.cells[c];
+        for j in run {
+            cells[j] = b.at(x[j], dy.map_or(0.0, |d| d[j]));
+        }
+    });
+    out.insert(op.outputs()[0], cells);
+    Ok(out)
+}
+
+/// A case's budgets without a number per cell: per channel, its cell output's [`CellBound`];
+/// the per-channel outputs' budgets as values.
+#[derive(Clone, Debug)]
+pub struct CaseBounds {
+    /// Per channel, the cell output's budget as a function of the cell.
+    pub cells: Vec<CellBound>,
+    /// The per-channel outputs' budgets (one per channel), by output name; the cell output
+    /// is not among them.
+    pub channel: BTreeMap<&'static str, Vec<ElementBudget>>,
+}
+
+/// The bounds of a case of the fast path whose inputs are binary floats given as f64, by
+/// channel ([`CaseBounds`]): each channel's inputs become exact numbers only while that
+/// channel is bounded (channels in parallel), so a case of millions of cells never holds a
+/// big number, nor a budget, per cell. Errors as [`budgets`] (the first channel in channel
+/// order reports).
+pub fn case_bounds_f64(
+    op: Op,
+    geom: &bnconf_spec::Geometry,
+    eps: &Rational,
+    inputs: &BTreeMap<String, Vec<f64>>,
+) -> Result<CaseBounds, SpecError> {
     let g = geom;
     let q = crate::fast::exact_f64;
-    let names = op.outputs();
-    let per_channel: Vec<Vec<Vec<ElementBudget>>> = (0..g.c)
+    let per_channel: Vec<ChannelBound> = (0..g.c)
         .into_par_iter()
         .map(|c| {
             let mut values = BTreeMap::new();
@@ -324,13 +375,21 @@ pub fn budgets_bound_f64(
                 values,
                 convention: None,
             };
-            let mut b = bound_channel_from(op, c, &inp, &CellSource::Floats(&floats), eps)?;
-            elementwise_gate(op, g.m, &mut b);
-            no_nan(&mut b);
-            Ok(b)
+            channel_bound(op, c, &inp, &CellSource::Floats(&floats), eps)
         })
         .collect::<Result<_, SpecError>>()?;
-    Ok(assemble(names, g, &per_channel))
+    let names = op.outputs();
+    let mut channel = BTreeMap::new();
+    for (o, &name) in names.iter().enumerate().skip(1) {
+        let mut v: Vec<ElementBudget> = per_channel.iter().map(|ch| ch.outputs[o][0]).collect();
+        no_nan(std::slice::from_mut(&mut v));
+        channel.insert(name, v);
+    }
+    let cells = per_channel
+        .into_iter()
+        .map(|ch| ch.cell.expect("an op of the fast path has a cell output"))
+        .collect();
+    Ok(CaseBounds { cells, channel })
 }
 
 /// Whether output `o` (in [`Op::outputs`] order) of `op` is computed without a reduction:
@@ -718,7 +777,8 @@ fn bound_channel(
 }
 
 /// [`bound_channel`] with the cell inputs from `src` (`inp` then holds the per-channel
-/// inputs; with [`CellSource::Exact`] the cells too).
+/// inputs; with [`CellSource::Exact`] the cells too): [`channel_bound`], the cell output's
+/// budgets evaluated at every cell ([`CellBound::raw`]).
 fn bound_channel_from(
     op: Op,
     c: usize,
@@ -726,9 +786,183 @@ fn bound_channel_from(
     src: &CellSource,
     eps: &Rational,
 ) -> Result<Vec<Vec<ElementBudget>>, SpecError> {
+    let ChannelBound { cell, mut outputs } = channel_bound(op, c, inp, src, eps)?;
+    if let Some(cb) = cell {
+        let cells = |n: &str| -> Vec<Iv> {
+            match src {
+                CellSource::Exact => inp.values[n].iter().map(iv_of).collect(),
+                CellSource::Floats(f) => f[n].iter().map(|&v| iv_of_f64(v)).collect(),
+            }
+        };
+        let x = cells("x");
+        let dy = if cb.has_dy() { cells("dy") } else { vec![] };
+        outputs[0] = (0..x.len())
+            .map(|i| cb.raw(x[i], dy.get(i).copied().unwrap_or(Iv::ZERO)))
+            .collect();
+    }
+    Ok(outputs)
+}
+
+/// The bounds of one channel: its cell output's ([`CellBound`]: a function of the cell's
+/// inputs, evaluated where it is needed) and its per-channel outputs' (in [`Op::outputs`]
+/// order; the cell output's entry is left empty).
+pub(crate) struct ChannelBound {
+    /// The cell output's budget as a function of the cell (none for `running_update`,
+    /// `sync_stats`).
+    pub(crate) cell: Option<CellBound>,
+    /// Budgets per output (`[output][element]`), the cell output's empty.
+    pub(crate) outputs: Vec<Vec<ElementBudget>>,
+}
+
+/// The budget of a channel's cell output (`y` or `dx`) from the cell's own inputs and the
+/// channel's reductions: the closed forms of the module docs split into what depends on the
+/// cell and what the channel holds, so that a large case's budgets are computed where each
+/// element is judged and never stored (`judge::prepare`). [`CellBound::raw`] is the value
+/// [`bound_channel`] gives the cell, [`CellBound::at`] the one [`budgets`] gives it (the
+/// gate of elementwise outputs and NaN as infinity applied), bit for bit (tested).
+#[derive(Clone, Copy, Debug)]
+pub struct CellBound {
+    op: Op,
+    /// The scale exponent: cells bounded as `x/2^se` (forward, backward).
+    se: i32,
+    /// The factor the cell output's budget is scaled back by (`2^(degree·se)`).
+    back: f64,
+    /// The elementwise gate's factor `k(1)/k(m)` ([`elementwise_gate`]), or 1.
+    gate: f64,
+    mu: Iv,
+    r: Iv,
+    /// backward: mean(dy), mean(dy·h); sync_backward: the handed-in mean_dy, mean_dy_xhat.
+    a: Iv,
+    bb: Iv,
+    ru: f64,
+    gm: f64,
+    bt: f64,
+    x1: f64,
+    hx: f64,
+    dk: f64,
+    dy1: f64,
+    hdy: f64,
+    zx: f64,
+    bu: f64,
+    au: f64,
+    muu: f64,
+    vu: f64,
+    m2u: f64,
+}
+
+impl CellBound {
+    /// Whether the cell output depends on a `dy` cell.
+    pub fn has_dy(&self) -> bool {
+        matches!(self.op, Op::Backward | Op::SyncBackward)
+    }
+
+    /// The budget of the cell whose inputs are `x` (and `dy`; ignored by ops without one),
+    /// binary floats given as f64: what [`budgets`] and [`budgets_bound_f64`] give it.
+    #[inline]
+    pub fn at(&self, x: f64, dy: f64) -> ElementBudget {
+        let mut e = self.raw(iv_of_f64(x), iv_of_f64(dy));
+        if self.gate != 1.0 {
+            e.cond *= self.gate;
+            e.mag *= self.gate;
+            e.mag2 *= self.gate;
+        }
+        for v in [&mut e.cond, &mut e.mag, &mut e.mag2] {
+            if v.is_nan() {
+                *v = f64::INFINITY;
+            }
+        }
+        e
+    }
+
+    /// The budget of the cell with input enclosures `x`, `dy`, before the elementwise gate
+    /// (what [`bound_channel`] gives it).
+    #[inline]
+    fn raw(&self, x: Iv, dy: Iv) -> ElementBudget {
+        let x = iv_ldexp(x, -self.se);
+        let ax = x.v.abs() + x.e;
+        let h = x.sub(self.mu).mul(self.r);
+        let ah = h.up();
+        let (gm, ru, bt, x1, hx, dk) = (self.gm, self.ru, self.bt, self.x1, self.hx, self.dk);
+        let e = match self.op {
+            Op::Forward => {
+                let mut e = eb(gm * ru * (ax + x1 + ah * hx) + gm * ah + bt, gm * ru * x1);
+                e.mag2 = dk * gm * ah * ru * ru / 2.0;
+                e
+            }
+            Op::Backward => {
+                let (dy1, hdy, zx, bu, au) = (self.dy1, self.hdy, self.zx, self.bu, self.au);
+                let ady = dy.up();
+                let az = dy.sub(self.a).sub(h.mul(self.bb)).up();
+                let cond = gm * ru * (ady + dy1 + ah * hdy)
+                    + gm * ru * az
+                    + gm * ru * ru * (az * hx + ah * zx + bu * (ax + x1 + ah * hx));
+                let mag = gm * ru * (ady + dy1 + ah * hdy + x1 * ru * (hdy + ah * dy1));
+                let mut e = eb(cond, mag);
+                e.mag2 = dk * gm * ru * ru * ru * ((ady + au + 3.0 * ah * bu) / 2.0 + au);
+                e
+            }
+            Op::Eval => {
+                let (muu, vu) = (self.muu, self.vu);
+                eb(
+                    gm * ru * (ax + muu) + gm * ah * (1.0 + ru * ru * vu / 2.0) + bt,
+                    gm * ah + bt,
+                )
+            }
+            Op::SyncForward => {
+                let (muu, m2u) = (self.muu, self.m2u);
+                let cond = gm * ru * ax
+                    + gm * ru * muu * (1.0 + ah * ru * muu)
+                    + gm * ah
+                    + bt
+                    + gm * ah * ru * ru * m2u / 2.0;
+                let mag = gm * ah + bt + gm * ah * ru * ru * (m2u + muu * muu) / 2.0;
+                eb(cond, mag)
+            }
+            Op::SyncBackward => {
+                let (muu, m2u, au, ku) = (self.muu, self.m2u, self.au, self.bu);
+                let vs = m2u + muu * muu;
+                let ady = dy.up();
+                let hk = h.mul(self.bb);
+                let w = dy.sub(self.a).sub(hk).up();
+                let v = dy.sub(self.a).sub(hk.scale(2.0)).up();
+                let cond = gm * ru * ady
+                    + gm * ru * ru * ku * ax
+                    + gm * ru * w
+                    + gm * ru * au
+                    + gm * ru * ah * ku
+                    + gm * ru * ru * (ru * muu * w + ku * (1.0 + ah * ru * muu)) * muu
+                    + gm * ru * ru * ru / 2.0 * v * m2u;
+                let mag = gm * ru * (ady + au + ah * ku)
+                    + gm * ru * ru * ru * (ady + au + 2.0 * ah * ku) * vs / 2.0;
+                eb(cond, mag)
+            }
+            Op::RunningUpdate | Op::SyncStats => unreachable!("no cell output"),
+        };
+        scaled(e, self.back)
+    }
+}
+
+/// [`ChannelBound`] of channel `c` (cell inputs from `src`, as [`bound_channel_from`]).
+fn channel_bound(
+    op: Op,
+    c: usize,
+    inp: &ChannelIn<QSqrt>,
+    src: &CellSource,
+    eps: &Rational,
+) -> Result<ChannelBound, SpecError> {
     match op {
-        Op::RunningUpdate => return Ok(bound_running_update(inp)),
-        Op::SyncStats => return Ok(bound_sync_stats(inp)),
+        Op::RunningUpdate => {
+            return Ok(ChannelBound {
+                cell: None,
+                outputs: bound_running_update(inp),
+            })
+        }
+        Op::SyncStats => {
+            return Ok(ChannelBound {
+                cell: None,
+                outputs: bound_sync_stats(inp),
+            })
+        }
         _ => {}
     }
     let cells = |n: &str| -> Vec<Iv> {
@@ -812,28 +1046,44 @@ fn bound_channel_from(
     let h: Vec<Iv> = d.iter().map(|e| e.mul(r)).collect();
     let ah: Vec<f64> = h.iter().map(|e| e.up()).collect();
     let hx = sum_f(ah.iter().zip(&ax).map(|(a, b)| a * b)) / mf;
+    let mut cb = CellBound {
+        op,
+        se,
+        back: 1.0,
+        gate: if is_elementwise(op, 0) {
+            k_allowance(1) / k_allowance(m)
+        } else {
+            1.0
+        },
+        mu,
+        r,
+        a: Iv::ZERO,
+        bb: Iv::ZERO,
+        ru,
+        gm: one("gamma").up(),
+        bt: 0.0,
+        x1,
+        hx,
+        dk: mean_sq(m, x1),
+        dy1: 0.0,
+        hdy: 0.0,
+        zx: 0.0,
+        bu: 0.0,
+        au: 0.0,
+        muu: 0.0,
+        vu: 0.0,
+        m2u: 0.0,
+    };
 
-    let out = match op {
+    let mut out = match op {
         Op::Forward => {
-            let (gm, bt) = (one("gamma").up(), one("beta").up());
-            let dk = mean_sq(m, x1);
-            let y = (0..m)
-                .map(|i| {
-                    let mut e = eb(
-                        gm * ru * (ax[i] + x1 + ah[i] * hx) + gm * ah[i] + bt,
-                        gm * ru * x1,
-                    );
-                    e.mag2 = dk * gm * ah[i] * ru * ru / 2.0;
-                    e
-                })
-                .collect();
+            cb.bt = one("beta").up();
             let (dx, var_mag) = centred_sums(&d, &ax);
             let mut var = eb(2.0 * dx, var_mag);
             var.mag2 = mean_sq(m, x1);
-            vec![y, vec![eb(x1, x1)], vec![var]]
+            vec![vec![], vec![eb(x1, x1)], vec![var]]
         }
         Op::Backward => {
-            let gm = one("gamma").up();
             let dy = cells("dy");
             let ady: Vec<f64> = dy.iter().map(|e| e.up()).collect();
             let a = sum_iv(&dy).div(mf);
@@ -844,79 +1094,32 @@ fn bound_channel_from(
             let dy1 = sum_f(ady.iter().copied()) / mf;
             let hdy = sum_f(ah.iter().zip(&ady).map(|(p, q)| p * q)) / mf;
             let zx = sum_f(az.iter().zip(&ax).map(|(p, q)| p * q)) / mf;
-            let (bu, au) = (bb.up(), a.up());
-            let dk = mean_sq(m, x1);
-            let dx = (0..m)
-                .map(|i| {
-                    let cond = gm * ru * (ady[i] + dy1 + ah[i] * hdy)
-                        + gm * ru * az[i]
-                        + gm * ru * ru * (az[i] * hx + ah[i] * zx + bu * (ax[i] + x1 + ah[i] * hx));
-                    let mag =
-                        gm * ru * (ady[i] + dy1 + ah[i] * hdy + x1 * ru * (hdy + ah[i] * dy1));
-                    let mut e = eb(cond, mag);
-                    e.mag2 = dk * gm * ru * ru * ru * ((ady[i] + au + 3.0 * ah[i] * bu) / 2.0 + au);
-                    e
-                })
-                .collect();
+            (cb.a, cb.bb, cb.dy1, cb.hdy, cb.zx) = (a, bb, dy1, hdy, zx);
+            (cb.bu, cb.au) = (bb.up(), a.up());
+            let dk = cb.dk;
             let mut dgamma = eb(mf * hdy + ru * mf * zx, mf * hdy + x1 * ru * mf * dy1);
             dgamma.mag2 = dk * ru * ru / 2.0 * mf * hdy;
-            vec![dx, vec![dgamma], vec![eb(mf * dy1, mf * dy1)]]
+            vec![vec![], vec![dgamma], vec![eb(mf * dy1, mf * dy1)]]
         }
         Op::Eval => {
-            let (gm, bt) = (one("gamma").up(), one("beta").up());
-            let (muu, vu) = (one("mean").up(), one("var").up());
-            let y = (0..m)
-                .map(|i| {
-                    eb(
-                        gm * ru * (ax[i] + muu) + gm * ah[i] * (1.0 + ru * ru * vu / 2.0) + bt,
-                        gm * ah[i] + bt,
-                    )
-                })
-                .collect();
-            vec![y]
+            cb.bt = one("beta").up();
+            (cb.muu, cb.vu) = (one("mean").up(), one("var").up());
+            vec![vec![]]
         }
         Op::SyncForward => {
-            let (gm, bt) = (one("gamma").up(), one("beta").up());
-            let (muu, m2u) = (one("mean").up(), one("m2").up());
-            let y = (0..m)
-                .map(|i| {
-                    let cond = gm * ru * ax[i]
-                        + gm * ru * muu * (1.0 + ah[i] * ru * muu)
-                        + gm * ah[i]
-                        + bt
-                        + gm * ah[i] * ru * ru * m2u / 2.0;
-                    let mag = gm * ah[i] + bt + gm * ah[i] * ru * ru * (m2u + muu * muu) / 2.0;
-                    eb(cond, mag)
-                })
-                .collect();
-            vec![y]
+            cb.bt = one("beta").up();
+            (cb.muu, cb.m2u) = (one("mean").up(), one("m2").up());
+            vec![vec![]]
         }
         Op::SyncBackward => {
-            let gm = one("gamma").up();
             let (muu, m2u) = (one("mean").up(), one("m2").up());
             let a = one("mean_dy");
             let k = one("mean_dy_xhat");
-            let (au, ku) = (a.up(), k.up());
+            // (`bb`, `bu` hold the handed-in mean_dy_xhat here)
+            (cb.muu, cb.m2u, cb.a, cb.bb, cb.au, cb.bu) = (muu, m2u, a, k, a.up(), k.up());
             let dy = cells("dy");
             let ady: Vec<f64> = dy.iter().map(|e| e.up()).collect();
             let vs = m2u + muu * muu;
-            let dx = (0..m)
-                .map(|i| {
-                    let hk = h[i].mul(k);
-                    let w = dy[i].sub(a).sub(hk).up();
-                    let v = dy[i].sub(a).sub(hk.scale(2.0)).up();
-                    let cond = gm * ru * ady[i]
-                        + gm * ru * ru * ku * ax[i]
-                        + gm * ru * w
-                        + gm * ru * au
-                        + gm * ru * ah[i] * ku
-                        + gm * ru * ru * (ru * muu * w + ku * (1.0 + ah[i] * ru * muu)) * muu
-                        + gm * ru * ru * ru / 2.0 * v * m2u;
-                    let mag = gm * ru * (ady[i] + au + ah[i] * ku)
-                        + gm * ru * ru * ru * (ady[i] + au + 2.0 * ah[i] * ku) * vs / 2.0;
-                    eb(cond, mag)
-                })
-                .collect();
             let sdy = sum_iv(&dy);
             let sdyh = sum_iv(
                 &dy.iter()
@@ -932,25 +1135,27 @@ fn bound_channel_from(
                 hdy * (1.0 + ru * ru * vs / 2.0),
             );
             let s1 = sum_f(ady.iter().copied());
-            vec![dx, vec![dgamma], vec![eb(s1, s1)]]
+            vec![vec![], vec![dgamma], vec![eb(s1, s1)]]
         }
         Op::RunningUpdate | Op::SyncStats => unreachable!("returned above"),
     };
-    if se == 0 {
-        return Ok(out);
-    }
-    let degrees: &[i32] = match op {
-        Op::Forward => &[0, 1, 2],
-        _ => &[-1, 0, 0],
-    };
-    Ok(out
-        .into_iter()
-        .zip(degrees)
-        .map(|(o, &d)| {
+    if se != 0 {
+        let degrees: &[i32] = match op {
+            Op::Forward => &[0, 1, 2],
+            _ => &[-1, 0, 0],
+        };
+        cb.back = ldexp(1.0, degrees[0] * se);
+        for (o, &d) in out.iter_mut().zip(degrees).skip(1) {
             let f = ldexp(1.0, d * se);
-            o.into_iter().map(|b| scaled(b, f)).collect()
-        })
-        .collect())
+            for b in o.iter_mut() {
+                *b = scaled(*b, f);
+            }
+        }
+    }
+    Ok(ChannelBound {
+        cell: Some(cb),
+        outputs: out,
+    })
 }
 
 /// The second-order allowance of a computed mean, in the units of `mag2`: a kernel's mean

@@ -279,6 +279,23 @@ fn mag_at_is_mag_plus_u_mag2_plus_underflow() {
     assert!((big.mag_at(u) - 1.0 - 1e6 * u).abs() < 1e-15);
 }
 
+/// `underflow`'s table of constants is `UNDERFLOW_STEPS · min_subnormal(f)` of every format
+/// at its unit roundoff, and the f64 term at any other `u`.
+#[test]
+fn underflow_is_the_formats_smallest_subnormal_times_the_steps() {
+    for f in FloatFormat::ALL {
+        let want = UNDERFLOW_STEPS * min_subnormal(f);
+        assert!(want > 0.0, "{}", f.name());
+        assert_eq!(underflow(f.unit_roundoff()), want, "{}", f.name());
+    }
+    for u in [0.0, 0.1, 2f64.powi(-52), 2f64.powi(-23), f64::NAN] {
+        assert_eq!(
+            underflow(u),
+            UNDERFLOW_STEPS * min_subnormal(FloatFormat::F64)
+        );
+    }
+}
+
 // ------------------------------------------------------------------ generated channels
 
 /// The suite's SplitMix64 stream, with inputs rounded to f32 (binary floats of a dtype).

@@ -244,10 +244,13 @@ pub fn golden(c: &SuiteCase) -> Result<BTreeMap<&'static str, Vec<f64>>> {
 /// judge's budget ([`budget::ElementBudget::total`]: `cond + mag + u·mag2` and the underflow
 /// term) and `u` the output dtype's unit roundoff, in f64.
 pub fn allowed_error(p: &Prepared) -> BTreeMap<&'static str, Vec<f64>> {
-    p.budgets
+    p.case
+        .op
+        .outputs()
         .iter()
-        .map(|(&name, bs)| {
+        .map(|&name| {
             let u = budget::unit_roundoff(p.case.dtype_of(name));
+            let bs = p.budgets_of(name);
             (name, bs.iter().map(|b| p.k * u * b.total(u)).collect())
         })
         .collect()
