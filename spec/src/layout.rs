@@ -219,6 +219,35 @@ impl Geometry {
         }
     }
 
+    /// The layout offsets of channel `c`'s cells in matrix-view order: `offset(c, k)` for
+    /// `k = 0..m`, stepped through the layout's runs (`m` cells for rows, flat and chw; `hw`
+    /// per example for the channels-first batch layouts, `C·hw` apart; single cells `C` apart
+    /// channels-last) without a division per cell.
+    ///
+    /// ```
+    /// # use bnconf_spec::{Geometry, Layout};
+    /// let g = Geometry::new(Layout::Nchw, &[2, 3, 2, 1], 1 << 10).unwrap();
+    /// assert_eq!(g.channel_offsets(1).collect::<Vec<_>>(), [2, 3, 8, 9]);
+    /// let g = Geometry::new(Layout::Nhwc, &[2, 1, 2, 3], 1 << 10).unwrap();
+    /// assert_eq!(g.channel_offsets(2).collect::<Vec<_>>(), [2, 5, 8, 11]);
+    /// ```
+    pub fn channel_offsets(&self, c: usize) -> ChannelOffsets {
+        let (start, run, step) = match self.layout {
+            Layout::Rows | Layout::Flat | Layout::Chw => (c * self.m, self.m, self.m),
+            Layout::Nchw | Layout::Nc | Layout::Ncl | Layout::Ncdhw => {
+                (c * self.hw, self.hw, self.c * self.hw)
+            }
+            Layout::Nhwc | Layout::Ndhwc => (c, 1, self.c),
+        };
+        ChannelOffsets {
+            next: start,
+            left_in_run: run,
+            run,
+            jump: step - run + 1,
+            remaining: self.m,
+        }
+    }
+
     /// The bridge as a permutation: `perm[c*m + k]` = layout offset of Mat position `(c, k)`.
     pub fn to_mat_perm(&self) -> Vec<usize> {
         let mut p = Vec::with_capacity(self.len());
@@ -270,6 +299,43 @@ pub fn reindex_vjp<T: Clone + std::ops::Add<Output = T>>(
     }
     out
 }
+
+/// The offsets of one channel's cells ([`Geometry::channel_offsets`]).
+#[derive(Clone, Debug)]
+pub struct ChannelOffsets {
+    next: usize,
+    left_in_run: usize,
+    run: usize,
+    /// From the last cell of a run to the first of the next.
+    jump: usize,
+    remaining: usize,
+}
+
+impl Iterator for ChannelOffsets {
+    type Item = usize;
+    #[inline]
+    fn next(&mut self) -> Option<usize> {
+        if self.remaining == 0 {
+            return None;
+        }
+        self.remaining -= 1;
+        let at = self.next;
+        self.left_in_run -= 1;
+        if self.left_in_run == 0 {
+            self.left_in_run = self.run;
+            self.next += self.jump;
+        } else {
+            self.next += 1;
+        }
+        Some(at)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.remaining, Some(self.remaining))
+    }
+}
+
+impl ExactSizeIterator for ChannelOffsets {}
 
 /// **S7** — reassoc index `Fin(oc·(h·w)) → Fin((oc·h)·w)`: the Mat-split flat index
 /// `c·(h·w) + (hi·w + wi)` ↦ the Tensor3 flat index `(c·h + hi)·w + wi`. Both are the same
@@ -331,6 +397,45 @@ pub fn bnchw_back<T: Clone>(n: usize, oc: usize, hw: usize, m: &[T]) -> Vec<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `channel_offsets(c)` is `offset(c, k)` for `k = 0..m`, in every layout, for shapes with
+    /// extents of 1 and more.
+    #[test]
+    fn channel_offsets_are_the_offsets_of_the_channels_cells() {
+        let shapes: [(Layout, &[usize]); 13] = [
+            (Layout::Rows, &[3, 5]),
+            (Layout::Flat, &[2, 7]),
+            (Layout::Chw, &[3, 2, 4]),
+            (Layout::Nchw, &[2, 3, 4, 5]),
+            (Layout::Nchw, &[1, 4, 1, 1]),
+            (Layout::Nchw, &[3, 1, 2, 1]),
+            (Layout::Nhwc, &[2, 4, 5, 3]),
+            (Layout::Nhwc, &[1, 1, 1, 4]),
+            (Layout::Nc, &[6, 3]),
+            (Layout::Ncl, &[2, 3, 5]),
+            (Layout::Ncdhw, &[2, 3, 2, 2, 3]),
+            (Layout::Ndhwc, &[2, 2, 2, 3, 3]),
+            (Layout::Ndhwc, &[1, 1, 1, 1, 1]),
+        ];
+        for (layout, shape) in shapes {
+            let g = Geometry::new(layout, shape, 1 << 20).unwrap();
+            let mut all = vec![];
+            for c in 0..g.c {
+                let it = g.channel_offsets(c);
+                assert_eq!(it.len(), g.m);
+                let got: Vec<usize> = it.collect();
+                let want: Vec<usize> = (0..g.m).map(|k| g.offset(c, k)).collect();
+                assert_eq!(got, want, "{layout:?} {shape:?} channel {c}");
+                all.extend(got);
+            }
+            all.sort_unstable();
+            assert_eq!(
+                all,
+                (0..g.len()).collect::<Vec<_>>(),
+                "{layout:?} {shape:?}"
+            );
+        }
+    }
 
     #[test]
     fn channel_dims_agree_with_geometry_and_name_the_fault() {

@@ -28,7 +28,7 @@ pub struct FastCells {
 }
 
 fn to_f64s(d: &NpyData) -> Vec<f64> {
-    (0..d.len()).map(|i| d.get(i)).collect()
+    d.to_f64s()
 }
 
 /// Calls `f(run, c)` for the positions `lo..hi` of a tensor of geometry `g` (flat, layout

@@ -151,7 +151,7 @@ pub fn read_fast_case(path: &Path, lim: &InputLimits) -> Result<Option<(CaseHead
                 cells.insert(name.to_string(), data);
             }
             Extent::Channel | Extent::Shards => {
-                let v: Vec<f64> = (0..data.len()).map(|i| data.get(i)).collect();
+                let v: Vec<f64> = data.to_f64s();
                 chan.insert(name.to_string(), v);
             }
         }

@@ -59,6 +59,26 @@ impl NpyData {
             NpyData::U16(v) => v[i] as f64,
         }
     }
+    /// Every element as f64 ([`NpyData::get`] of each), a variant at a time.
+    pub fn to_f64s(&self) -> Vec<f64> {
+        match self {
+            NpyData::F32(v) => v.iter().map(|&x| x as f64).collect(),
+            NpyData::F64(v) => v.clone(),
+            NpyData::F16(v) => v.iter().map(|x| x.to_f64()).collect(),
+            NpyData::U16(v) => v.iter().map(|&x| x as f64).collect(),
+        }
+    }
+    /// Every element as f64 with `U16` data read as bf16 bit patterns
+    /// ([`NpyData::bf16_value`] of each).
+    pub fn bf16_values(&self) -> Vec<f64> {
+        match self {
+            NpyData::U16(v) => v
+                .iter()
+                .map(|&b| f32::from_bits((b as u32) << 16) as f64)
+                .collect(),
+            other => other.to_f64s(),
+        }
+    }
     /// Element `i` of `U16` data read as a bf16 bit pattern (the upper half of an f32),
     /// exactly; for the float variants the value itself ([`NpyData::get`]).
     pub fn bf16_value(&self, i: usize) -> f64 {
@@ -665,6 +685,35 @@ fn write_elems<T: Copy, const W: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The whole-array conversions are the element ones, bit for bit, in every variant (with
+    /// zeros of both signs, subnormals, infinities and NaN).
+    #[test]
+    fn whole_array_conversions_are_the_element_ones() {
+        let f = [
+            0.0,
+            -0.0,
+            1.5,
+            -3.25e-310,
+            6.0e-8,
+            1e300,
+            f64::INFINITY,
+            f64::NAN,
+        ];
+        let all = [
+            NpyData::F64(f.to_vec()),
+            NpyData::F32(f.iter().map(|&v| v as f32).collect()),
+            NpyData::F16(f.iter().map(|&v| half::f16::from_f64(v)).collect()),
+            NpyData::U16(vec![0, 0x8000, 0x3fc0, 0x0001, 0x7f80, 0xffc1, 65535, 17]),
+        ];
+        for d in &all {
+            let bits = |v: Vec<f64>| v.into_iter().map(f64::to_bits).collect::<Vec<_>>();
+            let each: Vec<f64> = (0..d.len()).map(|i| d.get(i)).collect();
+            let each16: Vec<f64> = (0..d.len()).map(|i| d.bf16_value(i)).collect();
+            assert_eq!(bits(d.to_f64s()), bits(each), "{}", d.dtype_name());
+            assert_eq!(bits(d.bf16_values()), bits(each16), "{}", d.dtype_name());
+        }
+    }
 
     fn npyz_bytes<T: npyz::AutoSerialize + Copy>(shape: &[u64], v: &[T]) -> Vec<u8> {
         use npyz::WriterBuilder;

@@ -361,7 +361,7 @@ pub fn case_bounds_f64(
                 let data = &inputs[name];
                 match Op::extent(name) {
                     Extent::Cells => {
-                        floats.insert(name, (0..g.m).map(|k| data[g.offset(c, k)]).collect());
+                        floats.insert(name, g.channel_offsets(c).map(|i| data[i]).collect());
                     }
                     Extent::Channel => {
                         values.insert(name, vec![q(data[c])]);
@@ -441,8 +441,8 @@ fn assemble(
             Extent::Cells => {
                 let mut v = vec![ElementBudget::default(); g.len()];
                 for (c, ch) in per_channel.iter().enumerate() {
-                    for (k, e) in ch[o].iter().enumerate() {
-                        v[g.offset(c, k)] = *e;
+                    for (i, e) in g.channel_offsets(c).zip(&ch[o]) {
+                        v[i] = *e;
                     }
                 }
                 v
@@ -620,11 +620,18 @@ fn iv_of(x: &QSqrt) -> Iv {
 }
 
 pub(crate) fn sum_iv(v: &[Iv]) -> Iv {
-    if v.len() <= 8 {
-        v.iter().fold(Iv::ZERO, |a, &b| a.add(b))
+    sum_iv_by(0, v.len(), &|i| v[i])
+}
+
+/// [`sum_iv`] of the terms `f(lo..hi)`, formed as they are summed (pairwise: halves split at
+/// `len/2`, runs of at most 8 summed in order; the same tree as a slice of them).
+pub(crate) fn sum_iv_by(lo: usize, hi: usize, f: &impl Fn(usize) -> Iv) -> Iv {
+    let n = hi - lo;
+    if n <= 8 {
+        (lo..hi).fold(Iv::ZERO, |a, i| a.add(f(i)))
     } else {
-        let (l, r) = v.split_at(v.len() / 2);
-        sum_iv(l).add(sum_iv(r))
+        let mid = lo + n / 2;
+        sum_iv_by(lo, mid, f).add(sum_iv_by(mid, hi, f))
     }
 }
 
@@ -990,22 +997,30 @@ fn channel_bound(
     } else {
         0
     };
-    let x: Vec<Iv> = x.into_iter().map(|e| iv_ldexp(e, -se)).collect();
+    let x: Vec<Iv> = if se == 0 {
+        x
+    } else {
+        x.into_iter().map(|e| iv_ldexp(e, -se)).collect()
+    };
     let m = x.len();
     let mf = m as f64;
     let one = |n: &str| iv_of(&inp.values[n][0]);
     let eps_q = QSqrt::rational(eps.clone());
     let eps_iv = iv_ldexp(iv_of(&eps_q), -2 * se);
-    let ax: Vec<f64> = x.iter().map(|e| e.up()).collect();
-    let x1 = sum_f(ax.iter().copied()) / mf;
+    // (The sums below are those of the per-cell vectors of the module docs, in the same
+    // order, formed without storing the vectors: bit for bit the same bounds.)
+    let x1 = sum_f(x.iter().map(|e| e.up())) / mf;
     let zero = Rational::from_integer(0.into());
 
     // mean and r: computed for forward/backward, handed in (exact q) otherwise.
     let (mu, r) = match op {
         Op::Forward | Op::Backward => {
             let mu = sum_iv(&x).div(mf);
-            let d: Vec<Iv> = x.iter().map(|e| e.sub(mu)).collect();
-            let var = sum_iv(&d.iter().map(|e| e.mul(*e)).collect::<Vec<_>>()).div(mf);
+            let var = sum_iv_by(0, m, &|i| {
+                let d = x[i].sub(mu);
+                d.mul(d)
+            })
+            .div(mf);
             match rsqrt_iv(var.add(eps_iv)) {
                 Some(r) => (mu, r),
                 None => {
@@ -1042,10 +1057,9 @@ fn channel_bound(
         Op::RunningUpdate | Op::SyncStats => unreachable!("returned above"),
     };
     let ru = r.up();
-    let d: Vec<Iv> = x.iter().map(|e| e.sub(mu)).collect();
-    let h: Vec<Iv> = d.iter().map(|e| e.mul(r)).collect();
-    let ah: Vec<f64> = h.iter().map(|e| e.up()).collect();
-    let hx = sum_f(ah.iter().zip(&ax).map(|(a, b)| a * b)) / mf;
+    // h_i = (x_i − mu)·r, |x_i|, |h_i| (upper bounds)
+    let h = |i: usize| x[i].sub(mu).mul(r);
+    let hx = sum_f((0..m).map(|i| h(i).up() * x[i].up())) / mf;
     let mut cb = CellBound {
         op,
         se,
@@ -1078,22 +1092,25 @@ fn channel_bound(
     let mut out = match op {
         Op::Forward => {
             cb.bt = one("beta").up();
-            let (dx, var_mag) = centred_sums(&d, &ax);
+            let (dx, var_mag) = centred_sums(&x, mu);
             let mut var = eb(2.0 * dx, var_mag);
             var.mag2 = mean_sq(m, x1);
             vec![vec![], vec![eb(x1, x1)], vec![var]]
         }
         Op::Backward => {
             let dy = cells("dy");
-            let ady: Vec<f64> = dy.iter().map(|e| e.up()).collect();
             let a = sum_iv(&dy).div(mf);
-            let dyh: Vec<Iv> = dy.iter().zip(&h).map(|(p, q)| p.mul(*q)).collect();
-            let bb = sum_iv(&dyh).div(mf);
-            let z: Vec<Iv> = (0..m).map(|j| dy[j].sub(a).sub(h[j].mul(bb))).collect();
-            let az: Vec<f64> = z.iter().map(|e| e.up()).collect();
-            let dy1 = sum_f(ady.iter().copied()) / mf;
-            let hdy = sum_f(ah.iter().zip(&ady).map(|(p, q)| p * q)) / mf;
-            let zx = sum_f(az.iter().zip(&ax).map(|(p, q)| p * q)) / mf;
+            let bb = sum_iv_by(0, m, &|i| dy[i].mul(h(i))).div(mf);
+            // mean|dy|, mean|h·dy|, mean|z·x| with z_j = dy_j − a − h_j·bb, in one pass
+            let (mut dy1, mut hdy, mut zx) = (0.0, 0.0, 0.0);
+            for i in 0..m {
+                let (hi, ady, ax) = (h(i), dy[i].up(), x[i].up());
+                let az = dy[i].sub(a).sub(hi.mul(bb)).up();
+                dy1 += ady;
+                hdy += hi.up() * ady;
+                zx += az * ax;
+            }
+            let (dy1, hdy, zx) = (dy1 / mf, hdy / mf, zx / mf);
             (cb.a, cb.bb, cb.dy1, cb.hdy, cb.zx) = (a, bb, dy1, hdy, zx);
             (cb.bu, cb.au) = (bb.up(), a.up());
             let dk = cb.dk;
@@ -1118,23 +1135,22 @@ fn channel_bound(
             // (`bb`, `bu` hold the handed-in mean_dy_xhat here)
             (cb.muu, cb.m2u, cb.a, cb.bb, cb.au, cb.bu) = (muu, m2u, a, k, a.up(), k.up());
             let dy = cells("dy");
-            let ady: Vec<f64> = dy.iter().map(|e| e.up()).collect();
             let vs = m2u + muu * muu;
             let sdy = sum_iv(&dy);
-            let sdyh = sum_iv(
-                &dy.iter()
-                    .zip(&h)
-                    .map(|(p, q)| p.mul(*q))
-                    .collect::<Vec<_>>(),
-            );
-            let hdy = sum_f(ah.iter().zip(&ady).map(|(p, q)| p * q));
-            let dyx = sum_f(ady.iter().zip(&ax).map(|(p, q)| p * q));
+            let sdyh = sum_iv_by(0, m, &|i| dy[i].mul(h(i)));
+            // Σ|h·dy|, Σ|dy·x|, Σ|dy| in one pass
+            let (mut hdy, mut dyx, mut s1) = (0.0, 0.0, 0.0);
+            for i in 0..m {
+                let ady = dy[i].up();
+                hdy += h(i).up() * ady;
+                dyx += ady * x[i].up();
+                s1 += ady;
+            }
             let t = r.mul(mu).mul(sdyh).sub(sdy).up();
             let dgamma = eb(
                 hdy + ru * dyx + ru * muu * t + ru * ru * sdyh.up() * m2u / 2.0,
                 hdy * (1.0 + ru * ru * vs / 2.0),
             );
-            let s1 = sum_f(ady.iter().copied());
             vec![vec![], vec![dgamma], vec![eb(s1, s1)]]
         }
         Op::RunningUpdate | Op::SyncStats => unreachable!("returned above"),
@@ -1173,14 +1189,17 @@ pub(crate) fn mean_sq(m: usize, x1: f64) -> f64 {
     4.0 * k_allowance(m) * x1 * x1 * SAFE
 }
 
-/// `(mean|d·x|, mean(d²))` (upper bounds) from the centred cells `d = x − mean` and `|x|`:
-/// the variance's `cond / 2` and `mag`.
-fn centred_sums(d: &[Iv], ax: &[f64]) -> (f64, f64) {
-    let mf = d.len() as f64;
-    let ad: Vec<f64> = d.iter().map(|e| e.up()).collect();
-    let dx = sum_f(ad.iter().zip(ax).map(|(a, b)| a * b)) / mf;
-    let var_mag = sum_f(ad.iter().map(|a| a * a)) / mf;
-    (dx, var_mag)
+/// `(mean|d·x|, mean(d²))` (upper bounds) of the centred cells `d = x − mu`: the
+/// variance's `cond / 2` and `mag`.
+fn centred_sums(x: &[Iv], mu: Iv) -> (f64, f64) {
+    let mf = x.len() as f64;
+    let (mut dx, mut var_mag) = (0.0, 0.0);
+    for e in x {
+        let ad = e.sub(mu).up();
+        dx += ad * e.up();
+        var_mag += ad * ad;
+    }
+    (dx / mf, var_mag / mf)
 }
 
 /// `running_update` (module docs' model; `a` = momentum, `w_old`, `w_batch` its weights,
@@ -1203,7 +1222,7 @@ fn bound_running_update(inp: &ChannelIn<QSqrt>) -> Vec<Vec<ElementBudget>> {
     let mu = sum_iv(&x).div(mf);
     let d: Vec<Iv> = x.iter().map(|e| e.sub(mu)).collect();
     let var = sum_iv(&d.iter().map(|e| e.mul(*e)).collect::<Vec<_>>()).div(mf);
-    let (dx, var_mag) = centred_sums(&d, &ax);
+    let (dx, var_mag) = centred_sums(&x, mu);
     let one = |n: &str| iv_of(&inp.values[n][0]);
     let (rm, rv, a) = (one("running_mean"), one("running_var"), one("momentum"));
     let pytorch = inp.convention == Some(bnconf_spec::op::Convention::Pytorch);

@@ -65,20 +65,16 @@ pub fn npy_of(dtype: FloatFormat, v: &[f64]) -> NpyData {
 
 /// The values of npy data as f64, `<u2` read as bf16 bit patterns (the protocol's bf16).
 pub fn decode(data: &NpyData) -> Vec<f64> {
-    match data {
-        NpyData::U16(_) => (0..data.len()).map(|i| data.bf16_value(i)).collect(),
-        _ => (0..data.len()).map(|i| data.get(i)).collect(),
-    }
+    data.bf16_values()
 }
 
 /// npy data read back as values of `dtype`, or why it is not that dtype's data.
 pub fn values_of(dtype: FloatFormat, data: &NpyData) -> std::result::Result<Vec<f64>, String> {
-    let n = data.len();
     match (dtype, data) {
         (FloatFormat::F64, NpyData::F64(_))
         | (FloatFormat::F32, NpyData::F32(_))
-        | (FloatFormat::F16, NpyData::F16(_)) => Ok((0..n).map(|i| data.get(i)).collect()),
-        (FloatFormat::BF16, NpyData::U16(_)) => Ok((0..n).map(|i| data.bf16_value(i)).collect()),
+        | (FloatFormat::F16, NpyData::F16(_)) => Ok(data.to_f64s()),
+        (FloatFormat::BF16, NpyData::U16(_)) => Ok(data.bf16_values()),
         (FloatFormat::BF16, other) => Err(format!(
             "dtype {}, expected bf16 stored as uint16 bit patterns (<u2, \"bf16_storage\": \"u16-bits\")",
             other.dtype_name()

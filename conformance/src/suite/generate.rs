@@ -401,8 +401,8 @@ pub(super) fn make_case_shaped(
     let to_layout = |mat: &Vec<Vec<f64>>| -> Vec<f64> {
         let mut out = vec![0.0; c * m];
         for (ch, row) in mat.iter().enumerate() {
-            for k in 0..m {
-                out[geom.offset(ch, k)] = row[k];
+            for (i, &v) in geom.channel_offsets(ch).zip(&row[..m]) {
+                out[i] = v;
             }
         }
         out

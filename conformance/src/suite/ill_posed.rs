@@ -135,7 +135,7 @@ pub(super) fn ill_posed_batch(case: &SuiteCase) -> Option<String> {
     let x = case.inputs.get("x")?;
     let m = BigInt::from(geom.m);
     for c in 0..geom.c {
-        let xs: Vec<f64> = (0..geom.m).map(|k| x[geom.offset(c, k)]).collect();
+        let xs: Vec<f64> = geom.channel_offsets(c).map(|i| x[i]).collect();
         let (ints, e) = dyadic_ints(&xs);
         let s: BigInt = ints.iter().sum();
         let s2: BigInt = ints.iter().map(|v| v * v).sum();

@@ -148,7 +148,7 @@ pub fn make(root: &Rng, sc: &ScaleShape, prec: Precision, op: Op, layout: Layout
         Vec::new()
     };
     for (ch, &(mu, sd)) in centers.iter().enumerate() {
-        for k in 0..m {
+        for (k, i) in geom.channel_offsets(ch).enumerate() {
             let shift = match sc.data {
                 // Sample index n of cell k (cells of a channel run n-major), or, with N = 1,
                 // the position along the channel in tenths.
@@ -156,7 +156,6 @@ pub fn make(root: &Rng, sc: &ScaleShape, prec: Precision, op: Op, layout: Layout
                 Data::Drift => 2.0 * sd * ((10 * k / m) as f64) / 10.0,
                 _ => 0.0,
             };
-            let i = geom.offset(ch, k);
             x[i] = to_dtype(mu + shift + sd * rng.normal(), dtype);
             if op == Op::Backward {
                 dy[i] = to_dtype(rng.normal(), dtype);
@@ -214,10 +213,10 @@ pub fn ill_posed(case: &SuiteCase) -> Option<String> {
     let eps: f64 = case.eps.parse().expect("decimal eps");
     for c in 0..g.c {
         let m = g.m as f64;
-        let mean = (0..g.m).map(|k| x[g.offset(c, k)]).sum::<f64>() / m;
+        let mean = g.channel_offsets(c).map(|i| x[i]).sum::<f64>() / m;
         let (mut var, mut cond) = (0.0, 0.0);
-        for k in 0..g.m {
-            let v = x[g.offset(c, k)];
+        for i in g.channel_offsets(c) {
+            let v = x[i];
             var += (v - mean) * (v - mean);
             cond += (v - mean).abs() * v.abs();
         }
@@ -225,9 +224,10 @@ pub fn ill_posed(case: &SuiteCase) -> Option<String> {
         let lhs = u * 2.0 * cond / m;
         // One cell's relative move of u (the exact rule of `super::ill_posed`, quadratic term
         // included), with the same margin.
-        let one = (0..g.m)
-            .map(|k| {
-                let v = x[g.offset(c, k)];
+        let one = g
+            .channel_offsets(c)
+            .map(|i| {
+                let v = x[i];
                 2.0 * u * (v * (v - mean)).abs() / m + u * u * v * v * (m - 1.0) / (m * m)
             })
             .fold(0f64, f64::max);
