@@ -222,3 +222,79 @@ fn block_merge_kernels_conform_and_block_merge_mutants_are_rejected_on_scale() {
         }
     }
 }
+
+/// `check DIR` on the scale suite holds it lean (`generate_listed_lean`: each kept case's
+/// inputs dropped as it is made, made again when judged): the same cases and exclusions as the
+/// full suite, every lean case made again equal to the full one, its input count known from
+/// its shape, and `judge_dir` gives the full suite's results; an edited input file of a lean
+/// case is still refused, naming the file.
+#[test]
+fn the_scale_suite_is_judged_lean_with_the_same_results() {
+    let sel =
+        suite::Selection::from_names("scale", "f32", suite::DEFAULT_SEED, &["forward"], &["nchw"])
+            .unwrap();
+    let full = sel.generate();
+    let lean = sel.generate_lean(None);
+    let ids = |s: &suite::generate::Suite| s.cases.iter().map(|c| c.id.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(&lean), ids(&full));
+    assert_eq!(lean.excluded, full.excluded);
+    assert!(full.cases.len() >= 4);
+    for (l, f) in lean.cases.iter().zip(&full.cases) {
+        assert!(l.inputs.is_empty() && !f.inputs.is_empty(), "{}", f.id);
+        let mut again = l.clone();
+        suite::generate::fill_inputs(&lean.name, lean.seed, &mut again);
+        assert_eq!(&again, f, "{}", f.id);
+    }
+    // The streaming judge's chunks: the same from the lean cases' shapes.
+    for max in [1 << 18, 1 << 20, 1 << 22] {
+        assert_eq!(
+            check::chunks(&lean.cases, max),
+            check::chunks(&full.cases, max)
+        );
+    }
+    assert!(check::chunks(&full.cases, 1 << 20).len() > 1);
+    let dir = std::env::temp_dir().join(format!("bnconf-lean-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    bnconf::protocol::export(&full, sel.precision, &sel.filter, &dir).unwrap();
+    let k = kernel_by_name("bad-onepass-var").unwrap();
+    bnconf::protocol::run_kernel_dir(k.as_ref(), &dir).unwrap();
+    let (mut again, _, _) = bnconf::protocol::regenerate(&dir).unwrap();
+    assert!(again.cases.iter().all(|c| c.inputs.is_empty()));
+    bnconf::protocol::verify_inputs(&dir, &again).unwrap();
+    let judged = bnconf::protocol::judge_dir(&dir, &mut again, true).unwrap();
+    let prepared = check::prepare(&full.cases).unwrap();
+    let want: Vec<CaseResult> = prepared
+        .iter()
+        .map(|p| p.judge_written(&bnconf::protocol::read_written(&dir, p)))
+        .collect();
+    assert_eq!(judged.results.len(), want.len());
+    for (a, b) in judged.results.iter().zip(&want) {
+        same(a, b).unwrap_or_else(|e| panic!("{}: {e}", b.id));
+    }
+    assert!(want.iter().any(|r| r.verdict == Verdict::Fail));
+    // A failing case keeps its inputs (made again) for the reports.
+    for (c, r) in again.cases.iter().zip(&judged.results) {
+        assert_eq!(c.inputs.is_empty(), r.verdict == Verdict::Pass, "{}", c.id);
+    }
+    // An edited input of a lean case: refused by verify_inputs and by judge_dir.
+    let victim = &full.cases[full.cases.len() - 1];
+    let path = dir.join(&victim.id).join("x.npy");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let n = bytes.len();
+    bytes[n - 1] ^= 0x01;
+    std::fs::write(&path, bytes).unwrap();
+    let (mut edited, _, _) = bnconf::protocol::regenerate(&dir).unwrap();
+    let e1 = bnconf::protocol::verify_inputs(&dir, &edited)
+        .unwrap_err()
+        .to_string();
+    let e2 = bnconf::protocol::judge_dir(&dir, &mut edited, false)
+        .unwrap_err()
+        .to_string();
+    for e in [e1, e2] {
+        assert!(
+            e.contains(&format!("{}/x.npy", victim.id)) && e.contains("differs"),
+            "{e}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

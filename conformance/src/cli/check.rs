@@ -210,9 +210,8 @@ fn check_inner(
         }
         (None, None) => return Err(ConfError::field("check", "give a suite DIR or --exec CMD")),
     };
-    protocol::verify_inputs(&dir, &s)?;
-    // One chunk of cases at a time; only the failing cases' preparations are kept, for the
-    // diagnosis and the HTML report.
+    // One chunk of cases at a time, its input files verified first; only the failing cases'
+    // preparations are kept, for the diagnosis and the HTML report.
     let mut s = s;
     let keep = !out.no_diagnosis || out.html.is_some();
     let protocol::Judged {

@@ -401,7 +401,7 @@ pub fn chunks(cases: &[SuiteCase], max_values: usize) -> Vec<std::ops::Range<usi
     let mut out = vec![];
     let (mut start, mut values) = (0, 0usize);
     for (i, c) in cases.iter().enumerate() {
-        let n: usize = c.inputs.values().map(Vec::len).sum();
+        let n = input_values(c);
         if i > start && values.saturating_add(n) > max_values {
             out.push(start..i);
             (start, values) = (i, 0);
@@ -412,6 +412,25 @@ pub fn chunks(cases: &[SuiteCase], max_values: usize) -> Vec<std::ops::Range<usi
         out.push(start..cases.len());
     }
     out
+}
+
+/// The number of input values of a case (all inputs together), also of a lean case whose
+/// inputs are left out (`suite::generate::generate_listed_lean`): from its op and shape.
+fn input_values(c: &SuiteCase) -> usize {
+    if !c.inputs.is_empty() {
+        return c.inputs.values().map(Vec::len).sum();
+    }
+    let Ok(g) = bnconf_spec::Geometry::new(c.layout, &c.shape, usize::MAX) else {
+        return 0;
+    };
+    c.op.inputs()
+        .iter()
+        .map(|&name| match bnconf_spec::op::Op::extent(name) {
+            bnconf_spec::op::Extent::Cells => g.len(),
+            bnconf_spec::op::Extent::Channel => g.c,
+            bnconf_spec::op::Extent::Shards => c.shard_sizes.len(),
+        })
+        .sum()
 }
 
 /// Evaluate goldens and budgets for every case (in parallel; order kept). Large cases are

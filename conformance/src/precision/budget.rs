@@ -673,7 +673,11 @@ pub(crate) fn ldexp(v: f64, k: i32) -> f64 {
 /// `|x|` is beyond what the f64 bounds can square (`≥ 2^256`, or nonzero `≤ 2^-256`), where
 /// `eps/2^2e` is finite; 0 otherwise.
 pub(crate) fn scale_exponent(xs: &[f64], eps: f64) -> i32 {
-    let amax = xs.iter().fold(0f64, |a, &v| a.max(v.abs()));
+    exponent_of_max(xs.iter().fold(0f64, |a, &v| a.max(v.abs())), eps)
+}
+
+/// [`scale_exponent`] of a group whose largest `|x|` is `amax`.
+fn exponent_of_max(amax: f64, eps: f64) -> i32 {
     if !(amax >= 2f64.powi(256) || (amax > 0.0 && amax <= 2f64.powi(-256))) {
         return 0;
     }
@@ -972,10 +976,12 @@ fn channel_bound(
         }
         _ => {}
     }
-    let cells = |n: &str| -> Vec<Iv> {
+    // A cell input's enclosures: stored (exact inputs), or formed from the f64 on each use
+    // (no vector of enclosures per cell).
+    let cells = |n: &str| -> CellIvs {
         match src {
-            CellSource::Exact => inp.values[n].iter().map(iv_of).collect(),
-            CellSource::Floats(f) => f[n].iter().map(|&v| iv_of_f64(v)).collect(),
+            CellSource::Exact => CellIvs::Stored(inp.values[n].iter().map(iv_of).collect()),
+            CellSource::Floats(f) => CellIvs::Floats(&f[n]),
         }
     };
     let exact_x = || -> Vec<QSqrt> {
@@ -990,34 +996,30 @@ fn channel_bound(
     // forward, backward: a channel whose |x| is beyond f64's squares (the f64 huge and tiny
     // classes) is bounded as x/2^se, eps/2^2se, and the outputs scaled back by their degree
     // (y, dgamma, dbeta 0; mean 1; var 2; dx −1), as the family's groups are.
-    let x: Vec<Iv> = cells("x");
+    let xc = cells("x");
+    let m = xc.len();
     let se = if matches!(op, Op::Forward | Op::Backward) {
-        let xv: Vec<f64> = x.iter().map(|e| e.v).collect();
-        scale_exponent(&xv, eps.to_f64().unwrap_or(f64::INFINITY))
+        let amax = (0..m).fold(0f64, |a, i| a.max(xc.get(i).v.abs()));
+        exponent_of_max(amax, eps.to_f64().unwrap_or(f64::INFINITY))
     } else {
         0
     };
-    let x: Vec<Iv> = if se == 0 {
-        x
-    } else {
-        x.into_iter().map(|e| iv_ldexp(e, -se)).collect()
-    };
-    let m = x.len();
+    let x = |i: usize| iv_ldexp(xc.get(i), -se);
     let mf = m as f64;
     let one = |n: &str| iv_of(&inp.values[n][0]);
     let eps_q = QSqrt::rational(eps.clone());
     let eps_iv = iv_ldexp(iv_of(&eps_q), -2 * se);
     // (The sums below are those of the per-cell vectors of the module docs, in the same
     // order, formed without storing the vectors: bit for bit the same bounds.)
-    let x1 = sum_f(x.iter().map(|e| e.up())) / mf;
+    let x1 = sum_f((0..m).map(|i| x(i).up())) / mf;
     let zero = Rational::from_integer(0.into());
 
     // mean and r: computed for forward/backward, handed in (exact q) otherwise.
     let (mu, r) = match op {
         Op::Forward | Op::Backward => {
-            let mu = sum_iv(&x).div(mf);
+            let mu = sum_iv_by(0, m, &x).div(mf);
             let var = sum_iv_by(0, m, &|i| {
-                let d = x[i].sub(mu);
+                let d = x(i).sub(mu);
                 d.mul(d)
             })
             .div(mf);
@@ -1058,8 +1060,8 @@ fn channel_bound(
     };
     let ru = r.up();
     // h_i = (x_i − mu)·r, |x_i|, |h_i| (upper bounds)
-    let h = |i: usize| x[i].sub(mu).mul(r);
-    let hx = sum_f((0..m).map(|i| h(i).up() * x[i].up())) / mf;
+    let h = |i: usize| x(i).sub(mu).mul(r);
+    let hx = sum_f((0..m).map(|i| h(i).up() * x(i).up())) / mf;
     let mut cb = CellBound {
         op,
         se,
@@ -1092,20 +1094,21 @@ fn channel_bound(
     let mut out = match op {
         Op::Forward => {
             cb.bt = one("beta").up();
-            let (dx, var_mag) = centred_sums(&x, mu);
+            let (dx, var_mag) = centred_sums(m, &x, mu);
             let mut var = eb(2.0 * dx, var_mag);
             var.mag2 = mean_sq(m, x1);
             vec![vec![], vec![eb(x1, x1)], vec![var]]
         }
         Op::Backward => {
-            let dy = cells("dy");
-            let a = sum_iv(&dy).div(mf);
-            let bb = sum_iv_by(0, m, &|i| dy[i].mul(h(i))).div(mf);
+            let dyc = cells("dy");
+            let dy = |i: usize| dyc.get(i);
+            let a = sum_iv_by(0, m, &dy).div(mf);
+            let bb = sum_iv_by(0, m, &|i| dy(i).mul(h(i))).div(mf);
             // mean|dy|, mean|h·dy|, mean|z·x| with z_j = dy_j − a − h_j·bb, in one pass
             let (mut dy1, mut hdy, mut zx) = (0.0, 0.0, 0.0);
             for i in 0..m {
-                let (hi, ady, ax) = (h(i), dy[i].up(), x[i].up());
-                let az = dy[i].sub(a).sub(hi.mul(bb)).up();
+                let (hi, ady, ax) = (h(i), dy(i).up(), x(i).up());
+                let az = dy(i).sub(a).sub(hi.mul(bb)).up();
                 dy1 += ady;
                 hdy += hi.up() * ady;
                 zx += az * ax;
@@ -1134,16 +1137,17 @@ fn channel_bound(
             let k = one("mean_dy_xhat");
             // (`bb`, `bu` hold the handed-in mean_dy_xhat here)
             (cb.muu, cb.m2u, cb.a, cb.bb, cb.au, cb.bu) = (muu, m2u, a, k, a.up(), k.up());
-            let dy = cells("dy");
+            let dyc = cells("dy");
+            let dy = |i: usize| dyc.get(i);
             let vs = m2u + muu * muu;
-            let sdy = sum_iv(&dy);
-            let sdyh = sum_iv_by(0, m, &|i| dy[i].mul(h(i)));
+            let sdy = sum_iv_by(0, m, &dy);
+            let sdyh = sum_iv_by(0, m, &|i| dy(i).mul(h(i)));
             // Σ|h·dy|, Σ|dy·x|, Σ|dy| in one pass
             let (mut hdy, mut dyx, mut s1) = (0.0, 0.0, 0.0);
             for i in 0..m {
-                let ady = dy[i].up();
+                let ady = dy(i).up();
                 hdy += h(i).up() * ady;
-                dyx += ady * x[i].up();
+                dyx += ady * x(i).up();
                 s1 += ady;
             }
             let t = r.mul(mu).mul(sdyh).sub(sdy).up();
@@ -1191,15 +1195,39 @@ pub(crate) fn mean_sq(m: usize, x1: f64) -> f64 {
 
 /// `(mean|d·x|, mean(d²))` (upper bounds) of the centred cells `d = x − mu`: the
 /// variance's `cond / 2` and `mag`.
-fn centred_sums(x: &[Iv], mu: Iv) -> (f64, f64) {
-    let mf = x.len() as f64;
+fn centred_sums(m: usize, x: &impl Fn(usize) -> Iv, mu: Iv) -> (f64, f64) {
+    let mf = m as f64;
     let (mut dx, mut var_mag) = (0.0, 0.0);
-    for e in x {
+    for i in 0..m {
+        let e = x(i);
         let ad = e.sub(mu).up();
         dx += ad * e.up();
         var_mag += ad * ad;
     }
     (dx / mf, var_mag / mf)
+}
+
+/// A channel's cell input as enclosures ([`channel_bound`]): stored, or formed from its f64
+/// values on each use ([`iv_of_f64`]).
+enum CellIvs<'a> {
+    Stored(Vec<Iv>),
+    Floats(&'a [f64]),
+}
+
+impl CellIvs<'_> {
+    fn len(&self) -> usize {
+        match self {
+            CellIvs::Stored(v) => v.len(),
+            CellIvs::Floats(f) => f.len(),
+        }
+    }
+    #[inline]
+    fn get(&self, i: usize) -> Iv {
+        match self {
+            CellIvs::Stored(v) => v[i],
+            CellIvs::Floats(f) => iv_of_f64(f[i]),
+        }
+    }
 }
 
 /// `running_update` (module docs' model; `a` = momentum, `w_old`, `w_batch` its weights,
@@ -1222,7 +1250,7 @@ fn bound_running_update(inp: &ChannelIn<QSqrt>) -> Vec<Vec<ElementBudget>> {
     let mu = sum_iv(&x).div(mf);
     let d: Vec<Iv> = x.iter().map(|e| e.sub(mu)).collect();
     let var = sum_iv(&d.iter().map(|e| e.mul(*e)).collect::<Vec<_>>()).div(mf);
-    let (dx, var_mag) = centred_sums(&x, mu);
+    let (dx, var_mag) = centred_sums(m, &|i| x[i], mu);
     let one = |n: &str| iv_of(&inp.values[n][0]);
     let (rm, rv, a) = (one("running_mean"), one("running_var"), one("momentum"));
     let pytorch = inp.convention == Some(bnconf_spec::op::Convention::Pytorch);

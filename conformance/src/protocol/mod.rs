@@ -141,7 +141,9 @@ pub fn regenerate(dir: &Path) -> Result<(Suite, Precision, Filter)> {
         .collect();
     // The sharpness test (control kernels on every case) runs only on the cases the manifest
     // leaves out: for the listed ones the comparison below decides (`generate_listed`).
-    let s = sel.generate_for(Some(&listed.iter().copied().collect()));
+    // Lean: the scale suite's cases without their inputs, made again as each is judged
+    // (`judge_dir`), so that the suite is never held whole.
+    let s = sel.generate_lean(Some(&listed.iter().copied().collect()));
     let (name, seed, dtype, filter) = (&sel.suite, sel.seed, sel.precision, sel.filter);
     let ours: Vec<&str> = s.cases.iter().map(|c| c.id.as_str()).collect();
     if listed != ours {
@@ -154,13 +156,24 @@ pub fn regenerate(dir: &Path) -> Result<(Suite, Precision, Filter)> {
 /// that rewrote them, or an edited manifest, is caught here rather than judged).
 pub fn verify_inputs(dir: &Path, s: &Suite) -> Result<()> {
     for c in &s.cases {
-        if !c.shard_sizes.is_empty() {
-            replicated::verify_inputs(dir, s, c)?;
-            continue;
+        if c.inputs.is_empty() {
+            // A lean case (`regenerate`): its inputs made again for the comparison.
+            let mut full = c.clone();
+            crate::suite::generate::fill_inputs(&s.name, s.seed, &mut full);
+            verify_case(dir, s, &full)?;
+        } else {
+            verify_case(dir, s, c)?;
         }
-        verify_case_inputs(&dir.join(&c.id), &c.id, &c.inputs, s)?;
     }
     Ok(())
+}
+
+/// [`verify_inputs`] of one case (with its inputs).
+fn verify_case(dir: &Path, s: &Suite, c: &SuiteCase) -> Result<()> {
+    if !c.shard_sizes.is_empty() {
+        return replicated::verify_inputs(dir, s, c);
+    }
+    verify_case_inputs(&dir.join(&c.id), &c.id, &c.inputs, s)
 }
 
 /// The input files `cd/<name>.npy` hold exactly `inputs` (`rel`: how errors name `cd`).
@@ -202,8 +215,9 @@ pub struct Judged {
 /// into its preparation, not copied, and dropped from `s` once it passes (a case that does
 /// not pass keeps its inputs in `s` for the reports' details). The results and verdicts are
 /// those of preparing every case at once and judging each ([`Prepared::judge_written`] of
-/// [`read_written`]): the same code, case by case. The inputs are not verified here
-/// ([`verify_inputs`] first).
+/// [`read_written`]): the same code, case by case. Each chunk's input files are verified
+/// first, in the suite's order ([`verify_inputs`] of its cases: an edited input is an error,
+/// not judged), lean cases' inputs made again ([`crate::suite::generate::fill_inputs`]).
 pub fn judge_dir(dir: &Path, s: &mut Suite, keep_failing: bool) -> Result<Judged> {
     judge_dir_in_chunks(
         dir,
@@ -227,7 +241,7 @@ fn judge_dir_in_chunks(
     for range in crate::judge::prepare::chunks(&s.cases, chunk_cells) {
         let (start, end) = (range.start, range.end);
         // Each case moved out of the suite (its inputs), the rest of it left in place.
-        let chunk: Vec<SuiteCase> = s.cases[start..end]
+        let mut chunk: Vec<SuiteCase> = s.cases[start..end]
             .iter_mut()
             .map(|c| {
                 let inputs = std::mem::take(&mut c.inputs);
@@ -236,6 +250,13 @@ fn judge_dir_in_chunks(
                 owned
             })
             .collect();
+        let (name, seed) = (s.name.as_str(), s.seed);
+        chunk
+            .par_iter_mut()
+            .for_each(|c| crate::suite::generate::fill_inputs(name, seed, c));
+        for c in &chunk {
+            verify_case(dir, s, c)?;
+        }
         let prepared = crate::judge::check::prepare_owned(chunk)?;
         let results: Vec<CaseResult> = prepared
             .par_iter()

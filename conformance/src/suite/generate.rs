@@ -111,6 +111,45 @@ pub fn generate_listed(
     filter: &Filter,
     listed: Option<&std::collections::HashSet<&str>>,
 ) -> Option<Suite> {
+    generate_listed_as(name, precisions, seed, filter, listed, false)
+}
+
+/// [`generate_listed`] for judging a directory case by case (`check DIR`): the scale
+/// suite's kept cases come without their inputs (made, tested for exclusion, and their inputs
+/// dropped as they are made, so the suite is never held whole; [`fill_inputs`] makes them
+/// again when the case is judged). The same cases, ids, order and exclusions; every other
+/// suite as [`generate_listed`].
+pub fn generate_listed_lean(
+    name: &str,
+    precisions: &[Precision],
+    seed: u64,
+    filter: &Filter,
+    listed: Option<&std::collections::HashSet<&str>>,
+) -> Option<Suite> {
+    generate_listed_as(name, precisions, seed, filter, listed, true)
+}
+
+/// Make the inputs of `case` again where [`generate_listed_lean`] left them out (a case of
+/// suite `name` generated with `seed`); a case with inputs is left as it is.
+pub fn fill_inputs(name: &str, seed: u64, case: &mut SuiteCase) {
+    if !case.inputs.is_empty() {
+        return;
+    }
+    if name == "scale" {
+        if let Some(again) = scale::remake(&Rng::new(seed), case) {
+            case.inputs = again.inputs;
+        }
+    }
+}
+
+fn generate_listed_as(
+    name: &str,
+    precisions: &[Precision],
+    seed: u64,
+    filter: &Filter,
+    listed: Option<&std::collections::HashSet<&str>>,
+    lean: bool,
+) -> Option<Suite> {
     let sharpness = |case: &SuiteCase| match listed {
         Some(l) if l.contains(case.id.as_str()) => None,
         _ => non_discriminating(case),
@@ -121,6 +160,28 @@ pub fn generate_listed(
     let mut excluded = Vec::new();
     // The suites of their own shapes: a list of cases, each kept unless ill-posed.
     type WhyNot = fn(&SuiteCase) -> Option<String>;
+    if name == "scale" && lean {
+        // Each case tested as it is made, its inputs dropped if kept.
+        let tested = scale::generate_each(&root, precisions, filter, |mut case| {
+            let reason = scale::ill_posed(&case).or_else(|| sharpness(&case));
+            if reason.is_none() {
+                case.inputs.clear();
+            }
+            Some((case, reason))
+        });
+        for (case, reason) in tested {
+            match reason {
+                Some(why) => excluded.push((case.id, why)),
+                None => cases.push(case),
+            }
+        }
+        return Some(Suite {
+            name: name.to_string(),
+            seed,
+            cases,
+            excluded,
+        });
+    }
     let own: Option<(Vec<SuiteCase>, WhyNot)> = match name {
         "replicated" => Some((replicated::generate(&root, precisions, filter), ill_posed)),
         "scale" => Some((scale::generate(&root, precisions, filter), scale::ill_posed)),

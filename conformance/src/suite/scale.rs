@@ -83,6 +83,19 @@ pub const SHAPES: [ScaleShape; 5] = [
 /// the suite's order. Each case draws from its own stream (forked by its id), so the cases are
 /// made in parallel and the suite is the same bytes whatever the thread count.
 pub fn generate(root: &Rng, precisions: &[Precision], filter: &Filter) -> Vec<SuiteCase> {
+    generate_each(root, precisions, filter, Some)
+}
+
+/// [`generate`], each case handed to `keep` as soon as it is made (in parallel; the results
+/// in the suite's order): what `keep` returns is kept (the exclusion test of
+/// `generate::generate_listed` drops a case's inputs there, so that the suite is never held
+/// whole).
+pub fn generate_each<T: Send>(
+    root: &Rng,
+    precisions: &[Precision],
+    filter: &Filter,
+    keep: impl Fn(SuiteCase) -> Option<T> + Sync + Send,
+) -> Vec<T> {
     let mut specs = Vec::new();
     for &prec in precisions {
         for sc in &SHAPES {
@@ -99,8 +112,26 @@ pub fn generate(root: &Rng, precisions: &[Precision], filter: &Filter) -> Vec<Su
     }
     specs
         .into_par_iter()
-        .map(|(sc, prec, op, layout)| make(root, sc, prec, op, layout))
+        .map(|(sc, prec, op, layout)| keep(make(root, sc, prec, op, layout)))
+        .collect::<Vec<Option<T>>>()
+        .into_iter()
+        .flatten()
         .collect()
+}
+
+/// A case of this suite made again from its id's parts (its shape by its class, its
+/// precision, op and layout) under the suite seed's root: the same case, inputs included.
+/// `None` for a case not of this suite.
+pub fn remake(root: &Rng, case: &SuiteCase) -> Option<SuiteCase> {
+    let sc = SHAPES
+        .iter()
+        .find(|sc| case.class.strip_prefix("scale-") == Some(sc.name))?;
+    let prec = Precision {
+        act: case.dtype,
+        param: case.param_dtype,
+    };
+    let again = make(root, sc, prec, case.op, case.layout);
+    (again.id == case.id).then_some(again)
 }
 
 /// The case of a shape, op, layout and precision (random stream forked from the suite seed

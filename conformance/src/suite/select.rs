@@ -152,7 +152,22 @@ impl Selection {
     /// ([`generate_listed`](super::generate::generate_listed)); the same suite for the list
     /// an export of this selection wrote.
     pub fn generate_for(&self, listed: Option<&std::collections::HashSet<&str>>) -> Suite {
-        let mut s = super::generate::generate_listed(
+        self.generate_as(listed, false)
+    }
+
+    /// [`Selection::generate_for`] with the scale suite's cases lean (without their inputs,
+    /// made again when judged: [`generate_listed_lean`](super::generate::generate_listed_lean)).
+    pub fn generate_lean(&self, listed: Option<&std::collections::HashSet<&str>>) -> Suite {
+        self.generate_as(listed, true)
+    }
+
+    fn generate_as(&self, listed: Option<&std::collections::HashSet<&str>>, lean: bool) -> Suite {
+        let gen = if lean {
+            super::generate::generate_listed_lean
+        } else {
+            super::generate::generate_listed
+        };
+        let mut s = gen(
             &self.suite,
             &[self.precision],
             self.seed,
