@@ -150,6 +150,28 @@ mod tests {
     use bnconf_spec::QSqrt;
     use serde_json::Value;
 
+    /// `allowed_rel`: the largest allowed error over the largest finite `|value|`, 0 when
+    /// nothing is allowed, infinite when something is but every value is 0 or not finite.
+    #[test]
+    fn allowed_rel_is_the_largest_allowance_over_the_largest_value() {
+        use crate::judge::verdict::{allowed_rel, allowed_rel_of, max_allowed};
+        let b = |cond: f64| ElementBudget {
+            cond,
+            mag: 0.0,
+            mag2: 0.0,
+        };
+        let u = 2f64.powi(-24);
+        let budgets = [b(1.0), b(8.0), b(2.0)];
+        let allowed = max_allowed(&budgets, 4.0, u);
+        assert_eq!(allowed, 4.0 * u * budgets[1].total(u));
+        let vals = [0.5, -3.0, f64::NAN, f64::INFINITY, 2.0];
+        assert_eq!(allowed_rel_of(&vals, allowed), allowed / 3.0);
+        assert_eq!(allowed_rel(&vals, &budgets, 4.0, u), allowed / 3.0);
+        assert_eq!(allowed_rel_of(&vals, 0.0), 0.0);
+        assert_eq!(allowed_rel_of(&[0.0, f64::NAN], 1.0), f64::INFINITY);
+        assert_eq!(max_allowed(&[], 4.0, u), 0.0);
+    }
+
     /// `worst_of` names the first element of the greatest ratio (NaN as +inf) and counts the
     /// ratios over `k` (not those at it); `verdict_of` passes exactly when none is over, and
     /// `conforms` is that verdict.

@@ -569,7 +569,32 @@ mod tests {
         let s = crate::suite::test_suite("default", &[FloatFormat::F32, FloatFormat::F64]);
         let mut n = 0;
         let mut layouts = std::collections::BTreeSet::new();
-        for c in s.cases.iter().filter(|c| crate::fast::covers(c.op)) {
+        // And cases of several chunks of cells (tiled along N, the outermost axis of both
+        // layouts): a backward NHWC case and an eval NCHW one (an elementwise gate).
+        let mut tiled = vec![];
+        for (op, layout) in [
+            (Op::Backward, bnconf_spec::Layout::Nhwc),
+            (Op::Eval, bnconf_spec::Layout::Nchw),
+        ] {
+            let c = s
+                .cases
+                .iter()
+                .find(|c| c.op == op && c.layout == layout)
+                .expect("a case to tile");
+            let len = c.inputs["x"].len();
+            let t = (3 * RATIO_CHUNK).div_ceil(len);
+            let mut big = c.clone();
+            big.shape[0] *= t;
+            for name in ["x", "dy"] {
+                if let Some(v) = c.inputs.get(name) {
+                    big.inputs.insert(name.into(), v.repeat(t));
+                }
+            }
+            big.id = format!("{}.tiled", c.id);
+            tiled.push(big);
+        }
+        let fast_cases = s.cases.iter().filter(|c| crate::fast::covers(c.op));
+        for c in fast_cases.chain(&tiled) {
             let p = prepare_fast(c).expect("a fast preparation");
             let f = p.fast.as_deref().expect("fast cells");
             let name = c.op.outputs()[0];
@@ -616,6 +641,24 @@ mod tests {
             n > 100 && layouts.len() >= 4,
             "{n} cases, layouts {layouts:?}"
         );
+        assert!(tiled.iter().all(|c| c.inputs["x"].len() > 2 * RATIO_CHUNK));
+    }
+
+    /// The shortcut's threshold at its edge: the largest `diff + unc` it accepts,
+    /// `k·scale·(1 − 2^-50)`, divided by `scale` is still at most `k` (over budgets and
+    /// allowances of many magnitudes), and a threshold of `k·scale·(1 + 2^-50)` would not be.
+    #[test]
+    fn the_ratio_shortcut_holds_at_its_threshold() {
+        let mut wider_fails = 0;
+        for i in 0..20_000u32 {
+            let k = 4.0 + (i % 97) as f64 * 0.37 + (i % 13) as f64 * 1e-3;
+            let sc = (1.0 + (i % 1013) as f64 / 1013.0) * 2f64.powi((i % 1200) as i32 - 600);
+            let edge = k * sc * (1.0 - 2f64.powi(-50));
+            assert!(edge / sc <= k, "k {k}, scale {sc:e}");
+            let wider = k * sc * (1.0 + 2f64.powi(-50));
+            wider_fails += usize::from(wider / sc > k);
+        }
+        assert!(wider_fails > 1000, "{wider_fails}");
     }
 
     proptest::proptest! {
