@@ -390,10 +390,10 @@ pub const JUDGE_CHUNK_CELLS: usize = 1 << 20;
 
 /// The streaming judge's working set per cell of the cases in hand (docs/PERF.md, "Judging
 /// the scale suite"), for a backward case (inputs `x`, `dy`, output `dx` per cell): 16 bytes of
-/// inputs (f64), 16 of the fast cells' copy of them, 24 of budgets and as much again while
-/// they are assembled, 16 of their per-channel gather, 8 of the kernel's output read back
-/// (f64) and 8 of ratios, at most.
-pub const JUDGE_BYTES_PER_CELL: usize = 112;
+/// inputs (f64), 16 of the fast cells' copy of them, 16 of the bounds' per-channel gather, 8
+/// of the kernel's output read back (f64) and 8 of ratios, at most (budgets are computed
+/// where each ratio is, never stored: [`CellBound`]).
+pub const JUDGE_BYTES_PER_CELL: usize = 64;
 
 /// Consecutive runs of `cases`, in order, each of at most `max_values` input values (all
 /// inputs together) or a single case: the chunks the streaming judge prepares at once.
@@ -659,6 +659,20 @@ mod tests {
             wider_fails += usize::from(wider / sc > k);
         }
         assert!(wider_fails > 1000, "{wider_fails}");
+        // In `fast_ratio_by`: a value whose interval straddles the gate (`diff + unc` just
+        // above `k·scale`, `lo <= k < hi`) is not taken by the shortcut but decided exactly.
+        let (u, k) = (2f64.powi(-24), 12.0);
+        let b = ElementBudget {
+            cond: 3.0,
+            mag: 0.0,
+            mag2: 0.0,
+        };
+        let computed = k * (u * b.total(u));
+        let v = Some((crate::fast::dd::DD::from_f64(0.0), 0.0));
+        let before = EXACT_FALLBACKS.with(|n| n.get());
+        let r = fast_ratio_by(v, computed, &b, u, k, || QSqrt::int(0));
+        assert_eq!(EXACT_FALLBACKS.with(|n| n.get()), before + 1, "ratio {r}");
+        assert_eq!(r, b.ratio(computed, &QSqrt::int(0), u));
     }
 
     proptest::proptest! {
