@@ -76,6 +76,22 @@ mod seq {
             self.into_iter()
         }
     }
+    /// `par_iter_mut()` on slices and vectors: the std `iter_mut()`.
+    pub trait IntoParallelRefMutIterator<'a> {
+        /// Iterator type.
+        type Iter: Iterator;
+        /// The sequential iterator.
+        fn par_iter_mut(&'a mut self) -> Self::Iter;
+    }
+    impl<'a, I: 'a + ?Sized> IntoParallelRefMutIterator<'a> for I
+    where
+        &'a mut I: IntoIterator,
+    {
+        type Iter = <&'a mut I as IntoIterator>::IntoIter;
+        fn par_iter_mut(&'a mut self) -> Self::Iter {
+            self.into_iter()
+        }
+    }
     /// `into_par_iter()`: the std `into_iter()`.
     pub trait IntoParallelIterator {
         /// Iterator type.
