@@ -298,3 +298,76 @@ fn the_scale_suite_is_judged_lean_with_the_same_results() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A listed scale case is made and tested for ill-posedness only when judged
+/// (`generate_listed_lean` keeps its shell, `fill_inputs_tested` makes and tests it): the lean
+/// suite of an export's list is the full suite's (cases, order, exclusions), and a manifest
+/// that lists an ill-posed case (bf16: `forward.nchw.bf16.scale-m786427`, ill-posed in its
+/// channel 0) is refused by `judge_dir` with the error `regenerate` gives a list that differs
+/// from the suite's, before any file of it is read.
+#[test]
+fn a_listed_case_is_tested_for_ill_posedness_when_judged() {
+    let sel = suite::Selection::from_names(
+        "scale",
+        "bf16",
+        suite::DEFAULT_SEED,
+        &["forward"],
+        &["nchw"],
+    )
+    .unwrap();
+    let full = sel.generate();
+    let ill = "forward.nchw.bf16.scale-m786427";
+    let why = full
+        .excluded
+        .iter()
+        .find(|(id, _)| id == ill)
+        .map(|(_, why)| why.clone())
+        .expect("an ill-posed bf16 case");
+    assert!(why.contains("u*cond(var+eps)"), "{why}");
+    // Every case of the selection in the suite's order, as shells.
+    let order: Vec<String> = suite::scale::generate_each(
+        &Rng::new(sel.seed),
+        &[sel.precision],
+        &sel.filter,
+        |shell, _| Some(shell.id),
+    );
+    let dir = std::env::temp_dir().join(format!("bnconf-listed-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    bnconf::protocol::export(&full, sel.precision, &sel.filter, &dir).unwrap();
+    // The export's own list: the full suite, lean.
+    let (mut again, _, _) = bnconf::protocol::regenerate(&dir).unwrap();
+    let ids = |s: &suite::generate::Suite| s.cases.iter().map(|c| c.id.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(&again), ids(&full));
+    assert_eq!(again.excluded, full.excluded);
+    for (l, f) in again.cases.iter().zip(&full.cases) {
+        let mut made = l.clone();
+        let ill_posed = suite::generate::fill_inputs_tested(&again.name, again.seed, &mut made);
+        assert_eq!((ill_posed, &made), (None, f), "{}", f.id);
+    }
+    let k = kernel_by_name("twopass-native").unwrap();
+    bnconf::protocol::run_kernel_dir(k.as_ref(), &dir).unwrap();
+    let judged = bnconf::protocol::judge_dir(&dir, &mut again, false).unwrap();
+    assert!(judged.results.iter().all(CaseResult::conforms));
+    // The manifest edited to list the ill-posed case too, in the suite's order.
+    let mpath = dir.join("manifest.json");
+    let text = std::fs::read_to_string(&mpath).unwrap();
+    let mut m: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut listed = ids(&full);
+    listed.push(ill.to_string());
+    listed.sort_by_key(|id| order.iter().position(|o| o == id).unwrap());
+    m["cases"] = serde_json::json!(listed);
+    std::fs::write(&mpath, serde_json::to_string_pretty(&m).unwrap()).unwrap();
+    let (mut edited, _, _) = bnconf::protocol::regenerate(&dir).unwrap();
+    assert_eq!(ids(&edited), listed);
+    let err = bnconf::protocol::judge_dir(&dir, &mut edited, false)
+        .unwrap_err()
+        .to_string();
+    // The same error as a list out of the suite's order.
+    listed.reverse();
+    m["cases"] = serde_json::json!(listed);
+    std::fs::write(&mpath, serde_json::to_string_pretty(&m).unwrap()).unwrap();
+    let want = bnconf::protocol::regenerate(&dir).unwrap_err().to_string();
+    assert_eq!(err, want);
+    assert!(err.contains("manifest.json: cases"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

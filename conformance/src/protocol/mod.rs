@@ -147,9 +147,15 @@ pub fn regenerate(dir: &Path) -> Result<(Suite, Precision, Filter)> {
     let (name, seed, dtype, filter) = (&sel.suite, sel.seed, sel.precision, sel.filter);
     let ours: Vec<&str> = s.cases.iter().map(|c| c.id.as_str()).collect();
     if listed != ours {
-        return Err(ConfError::field("manifest.json: cases", format!("do not match suite {name:?} (seed {seed}, {}) as this bnconf generates it: the directory was edited or written by another version", dtype.name())));
+        return Err(cases_differ(name, seed, dtype));
     }
     Ok((s, dtype, filter))
+}
+
+/// The manifest's case list is not the suite's as this bnconf generates it (also found when
+/// a listed case that [`regenerate`] left to be made when judged proves ill-posed).
+fn cases_differ(name: &str, seed: u64, dtype: Precision) -> ConfError {
+    ConfError::field("manifest.json: cases", format!("do not match suite {name:?} (seed {seed}, {}) as this bnconf generates it: the directory was edited or written by another version", dtype.name()))
 }
 
 /// Check that the input files in `dir` are exactly the regenerated suite's inputs (a kernel
@@ -251,10 +257,20 @@ fn judge_dir_in_chunks(
             })
             .collect();
         let (name, seed) = (s.name.as_str(), s.seed);
-        chunk
+        // A lean case made again, and a listed one that proves ill-posed refused as
+        // `regenerate` refuses a list that differs from the suite's.
+        let ill: Vec<bool> = chunk
             .par_iter_mut()
-            .for_each(|c| crate::suite::generate::fill_inputs(name, seed, c));
-        for c in &chunk {
+            .map(|c| crate::suite::generate::fill_inputs_tested(name, seed, c).is_some())
+            .collect();
+        for (c, ill) in chunk.iter().zip(ill) {
+            if ill {
+                let prec = Precision {
+                    act: c.dtype,
+                    param: c.param_dtype,
+                };
+                return Err(cases_differ(name, seed, prec));
+            }
             verify_case(dir, s, c)?;
         }
         let prepared = crate::judge::check::prepare_owned(chunk)?;

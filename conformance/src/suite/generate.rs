@@ -115,10 +115,13 @@ pub fn generate_listed(
 }
 
 /// [`generate_listed`] for judging a directory case by case (`check DIR`): the scale
-/// suite's kept cases come without their inputs (made, tested for exclusion, and their inputs
-/// dropped as they are made, so the suite is never held whole; [`fill_inputs`] makes them
-/// again when the case is judged). The same cases, ids, order and exclusions; every other
-/// suite as [`generate_listed`].
+/// suite's kept cases come without their inputs, so the suite is never held whole. A case
+/// `listed` leaves out is made and tested for exclusion as it is made (its inputs dropped if
+/// kept); a listed case is not made here at all: [`fill_inputs_tested`] makes it when it is
+/// judged and reports it if it is ill-posed (the one test a listed case takes), which the
+/// judge refuses as [`generate_listed`]'s list would differ. The same cases, ids and order,
+/// and every exclusion but those of ill-posed listed cases; every other suite as
+/// [`generate_listed`].
 pub fn generate_listed_lean(
     name: &str,
     precisions: &[Precision],
@@ -127,6 +130,21 @@ pub fn generate_listed_lean(
     listed: Option<&std::collections::HashSet<&str>>,
 ) -> Option<Suite> {
     generate_listed_as(name, precisions, seed, filter, listed, true)
+}
+
+/// [`fill_inputs`], and whether the case made is ill-posed (`Some(why)`; `None` for a case
+/// that had its inputs): what a listed case of [`generate_listed_lean`] must be tested for
+/// when it is judged.
+pub fn fill_inputs_tested(name: &str, seed: u64, case: &mut SuiteCase) -> Option<String> {
+    if !case.inputs.is_empty() {
+        return None;
+    }
+    fill_inputs(name, seed, case);
+    if name == "scale" && !case.inputs.is_empty() {
+        scale::ill_posed(case)
+    } else {
+        None
+    }
 }
 
 /// Make the inputs of `case` again where [`generate_listed_lean`] left them out (a case of
@@ -161,13 +179,15 @@ fn generate_listed_as(
     // The suites of their own shapes: a list of cases, each kept unless ill-posed.
     type WhyNot = fn(&SuiteCase) -> Option<String>;
     if name == "scale" && lean {
-        // Each case tested as it is made, its inputs dropped if kept.
-        let tested = scale::generate_each(&root, precisions, filter, |mut case| {
-            let reason = scale::ill_posed(&case).or_else(|| sharpness(&case));
-            if reason.is_none() {
-                case.inputs.clear();
+        // A listed case kept as its shell (made and tested when judged); any other tested
+        // as it is made, its inputs dropped if kept.
+        let tested = scale::generate_each(&root, precisions, filter, |shell, make| {
+            if listed.is_some_and(|l| l.contains(shell.id.as_str())) {
+                return Some((shell, None));
             }
-            Some((case, reason))
+            let case = make();
+            let reason = scale::ill_posed(&case).or_else(|| sharpness(&case));
+            Some((shell, reason))
         });
         for (case, reason) in tested {
             match reason {

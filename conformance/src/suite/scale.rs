@@ -83,18 +83,19 @@ pub const SHAPES: [ScaleShape; 5] = [
 /// the suite's order. Each case draws from its own stream (forked by its id), so the cases are
 /// made in parallel and the suite is the same bytes whatever the thread count.
 pub fn generate(root: &Rng, precisions: &[Precision], filter: &Filter) -> Vec<SuiteCase> {
-    generate_each(root, precisions, filter, Some)
+    generate_each(root, precisions, filter, |_, make| Some(make()))
 }
 
-/// [`generate`], each case handed to `keep` as soon as it is made (in parallel; the results
-/// in the suite's order): what `keep` returns is kept (the exclusion test of
-/// `generate::generate_listed` drops a case's inputs there, so that the suite is never held
-/// whole).
+/// [`generate`], each case handed to `keep` (in parallel; the results in the suite's order)
+/// as its shell (the case without inputs: [`shell`]) and a maker of the whole case
+/// ([`make`]): what `keep` returns is kept. The exclusion test of
+/// `generate::generate_listed_lean` makes the cases it must test and keeps their shells, so
+/// that the suite is never held whole, and leaves the listed ones to be made when judged.
 pub fn generate_each<T: Send>(
     root: &Rng,
     precisions: &[Precision],
     filter: &Filter,
-    keep: impl Fn(SuiteCase) -> Option<T> + Sync + Send,
+    keep: impl Fn(SuiteCase, &dyn Fn() -> SuiteCase) -> Option<T> + Sync + Send,
 ) -> Vec<T> {
     let mut specs = Vec::new();
     for &prec in precisions {
@@ -112,7 +113,11 @@ pub fn generate_each<T: Send>(
     }
     specs
         .into_par_iter()
-        .map(|(sc, prec, op, layout)| keep(make(root, sc, prec, op, layout)))
+        .map(|(sc, prec, op, layout)| {
+            keep(shell(sc, prec, op, layout), &|| {
+                make(root, sc, prec, op, layout)
+            })
+        })
         .collect::<Vec<Option<T>>>()
         .into_iter()
         .flatten()
@@ -137,14 +142,51 @@ pub fn remake(root: &Rng, case: &SuiteCase) -> Option<SuiteCase> {
 /// The case of a shape, op, layout and precision (random stream forked from the suite seed
 /// by the id, so a case is the same whatever the filters).
 pub fn make(root: &Rng, sc: &ScaleShape, prec: Precision, op: Op, layout: Layout) -> SuiteCase {
+    let mut case = shell(sc, prec, op, layout);
+    case.inputs = inputs(root, sc, prec, op, layout);
+    case
+}
+
+/// The case of [`make`] without its inputs (its id, shape, dtypes, eps and the rest).
+pub fn shell(sc: &ScaleShape, prec: Precision, op: Op, layout: Layout) -> SuiteCase {
+    let (n, c, h, w) = sc.nchw;
+    let shape = match layout {
+        Layout::Nhwc => vec![n, h, w, c],
+        _ => vec![n, c, h, w],
+    };
+    SuiteCase {
+        id: format!(
+            "{}.{}.{}.scale-{}",
+            op.name(),
+            layout.name(),
+            prec.name(),
+            sc.name
+        ),
+        level: sc.level,
+        class: format!("scale-{}", sc.name),
+        target: sc.target.to_string(),
+        dtype: prec.act,
+        param_dtype: prec.param,
+        op,
+        layout,
+        shape,
+        eps: "1e-5".to_string(),
+        momentum: None,
+        convention: None,
+        inputs: BTreeMap::new(),
+        shard_sizes: vec![],
+    }
+}
+
+/// The inputs of [`make`]'s case.
+fn inputs(
+    root: &Rng,
+    sc: &ScaleShape,
+    prec: Precision,
+    op: Op,
+    layout: Layout,
+) -> BTreeMap<String, Vec<f64>> {
     let (dtype, pdt) = (prec.act, prec.param);
-    let id = format!(
-        "{}.{}.{}.scale-{}",
-        op.name(),
-        layout.name(),
-        prec.name(),
-        sc.name
-    );
     let stream = format!(
         "{}.{}.{}.scale-{}",
         op.name(),
@@ -211,22 +253,7 @@ pub fn make(root: &Rng, sc: &ScaleShape, prec: Precision, op: Op, layout: Layout
             .collect();
         inputs.insert("beta".to_string(), beta);
     }
-    SuiteCase {
-        id,
-        level: sc.level,
-        class: format!("scale-{}", sc.name),
-        target: sc.target.to_string(),
-        dtype,
-        param_dtype: pdt,
-        op,
-        layout,
-        shape,
-        eps: "1e-5".to_string(),
-        momentum: None,
-        convention: None,
-        inputs,
-        shard_sizes: vec![],
-    }
+    inputs
 }
 
 /// Whether a scale case is ill-posed in its dtype (the rule of [`super::ill_posed`]:
