@@ -77,7 +77,15 @@ impl FastCells {
             .into_par_iter()
             .map(|c| {
                 let s = if want_x || dy.is_some() {
-                    channel_sums::<f64>(g, c, &x, dy.as_deref(), want_x)
+                    // f32 inputs summed as f32 (exponent buckets), others as f64: exact
+                    // either way.
+                    match (&p.x, &p.dy) {
+                        (NpyData::F32(x), None) => channel_sums::<f32>(g, c, x, None, want_x),
+                        (NpyData::F32(x), Some(NpyData::F32(d))) => {
+                            channel_sums::<f32>(g, c, x, Some(d), want_x)
+                        }
+                        _ => channel_sums::<f64>(g, c, &x, dy.as_deref(), want_x),
+                    }
                 } else {
                     Sums::default()
                 };
@@ -163,6 +171,24 @@ impl FastCells {
         }
         let (x, d) = self.inputs_at(j);
         Some(k.approx_by::<P>(x, d))
+    }
+
+    /// The cell output at position `j` of channel `c` in plain f64 with a bound on its absolute
+    /// error (about `2^-45` of its terms' magnitude), or `None` where the bound does not apply
+    /// (constants out of range): a quick bracket of the exact value, tight enough to decide
+    /// a low-precision output's ratio far from the gate.
+    #[inline(always)]
+    pub fn value_f64_in(&self, c: usize, j: usize) -> Option<(f64, f64)> {
+        let k = &self.chans[c].dd;
+        if !k.ok {
+            return None;
+        }
+        let (x, d) = self.inputs_at(j);
+        Some(if k.has_d {
+            k.value_f64::<true>(x, d)
+        } else {
+            k.value_f64::<false>(x, d)
+        })
     }
 
     /// The inputs of the cell at flat position `j`: `x` and `dy` (0 for ops without one).

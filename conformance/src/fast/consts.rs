@@ -133,6 +133,8 @@ pub(super) struct Chan {
 pub(super) const ERR_REL: f64 = 2.524354896707238e-29;
 /// 2^-1000: the absolute part (covers underflow in the double-double operations).
 pub(super) const ERR_ABS: f64 = 9.332636185032189e-302; // 2^-1000
+/// 2^-45: the relative part of the plain-f64 value's error bound ([`DdConst::value_f64`]).
+pub(super) const ERR64_REL: f64 = 2.842170943040401e-14;
 
 pub(super) fn in_range(v: f64) -> bool {
     v == 0.0 || (v.abs() >= 1.2e-271 && v.abs() <= 8.4e270) // ~[2^-900, 2^900]
@@ -195,6 +197,25 @@ impl DdConst {
             mag += self.gd_abs * (d.abs() + self.a_abs);
         }
         (v, mag * ERR_REL + ERR_ABS)
+    }
+}
+
+impl DdConst {
+    /// The value in plain f64 (the constants' leading parts, four or six operations) and a
+    /// bound on its absolute error: `2^-45·mag + 2^-1000`, where `mag` bounds every term.
+    /// Each of the at most six roundings and each leading part's distance to its constant
+    /// (`|c − c.hi| ≤ 2^-52·|c.hi|`: a normalised double-double, `in_range`) is within
+    /// `2^-52·mag`, so the error is within `16·2^-53·mag` (plus `2^-1075` per operation that
+    /// underflows): the bound leaves a factor 16 (`mag` itself rounded within 8 ulps).
+    #[inline(always)]
+    pub(super) fn value_f64<const HAS_D: bool>(&self, x: f64, d: f64) -> (f64, f64) {
+        let mut v = self.cx.hi * (x - self.mu.hi) + self.p.hi;
+        let mut mag = self.cx_abs * (x.abs() + self.mu_abs) + self.p_abs;
+        if HAS_D {
+            v += self.gd.hi * (d - self.a.hi);
+            mag += self.gd_abs * (d.abs() + self.a_abs);
+        }
+        (v, mag * ERR64_REL + ERR_ABS)
     }
 }
 

@@ -2,7 +2,7 @@
 //! by element, with the budget of docs/DESIGN.md §3 (`budget`): the worst element of each
 //! output and the case's verdict.
 
-use crate::judge::verdict::worst_of;
+use crate::judge::verdict::output_result;
 use crate::par::*;
 use std::collections::BTreeMap;
 
@@ -115,14 +115,12 @@ impl Prepared {
                 n_exact
             ));
         }
-        let (ratios, allowed) = self.ratios_and_allowed(name, vals, u);
-        Ok(worst_of(
+        Ok(output_result(
             name,
-            &ratios,
-            self.k,
+            self.ratio_summary(name, vals, u),
             vals,
             |i| self.exact_at(name, i),
-            (|i| self.budget_at(name, i), allowed),
+            |i| self.budget_at(name, i),
         ))
     }
 }
@@ -143,7 +141,7 @@ mod tests {
     use super::*;
     use crate::judge::budget::ElementBudget;
     use crate::judge::prepare::prepare;
-    use crate::judge::verdict::{approx, summarize};
+    use crate::judge::verdict::{approx, summarize, worst_of};
     use crate::suite::SuiteCase;
     use bnconf_spec::exact::round::FloatFormat;
     use bnconf_spec::Op;

@@ -4,6 +4,7 @@
 //! ([`crate::fast::cells`]). Expected values always come from the exact reference.
 
 use crate::judge::budget::{self, CellBound, ElementBudget};
+use crate::judge::verdict::RatioSummary;
 use crate::par::*;
 use crate::suite::SuiteCase;
 use bnconf_spec::exact::round::{round, FloatFormat};
@@ -160,6 +161,22 @@ impl Prepared {
         self.ratios_and_allowed(name, vals, u).0
     }
 
+    /// What the verdict on output `name` needs of its ratios ([`RatioSummary`]: the worst
+    /// element, its ratio, the count over `k`, the largest allowed error), the same as
+    /// [`RatioSummary::of`] the ratios of [`Prepared::ratios_and_allowed`]. A large case's
+    /// low-precision cell output ([`fast_cell_summary`]) forms it without the ratio of the
+    /// elements that a plain-f64 bracket of the exact value shows cannot be the worst and are on
+    /// one side of the gate.
+    pub fn ratio_summary(&self, name: &str, vals: &[f64], u: f64) -> RatioSummary {
+        if let (None, Some(f), Some(cb)) = (self.budgets.get(name), &self.fast, &self.cell_bounds) {
+            if u >= SUMMARY_MIN_U {
+                return fast_cell_summary(f, cb, vals, u, self.k).0;
+            }
+        }
+        let (ratios, allowed) = self.ratios_and_allowed(name, vals, u);
+        RatioSummary::of(&ratios, self.k, allowed)
+    }
+
     /// [`Prepared::ratios`], and the largest error the gate accepts on any element,
     /// `max_i k·u·total_i(u)` ([`verdict::max_allowed`](crate::judge::verdict::max_allowed)).
     /// A large case's cell output in one pass over its cells: each element's budget is
@@ -190,7 +207,7 @@ impl Prepared {
     }
 }
 
-/// Cells per task of [`fast_cell_ratios`].
+/// Cells per task of [`fast_cell_ratios`] and [`fast_cell_summary`].
 const RATIO_CHUNK: usize = 1 << 14;
 
 /// The ratios of a large case's cell output and the largest allowed error of its elements:
@@ -259,6 +276,106 @@ fn ratio_chunk_fma(
     out: &mut [f64],
 ) -> f64 {
     ratio_chunk::<crate::fast::dd::Fused>(f, cb, vals, at, out)
+}
+
+/// The least unit roundoff for which [`fast_cell_summary`] brackets values in plain f64 first:
+/// the bracket (about `2^-45` of the terms' magnitude) decides an element's side of the gate
+/// only where its error is far larger, which is an f64 kernel's rarely (then the double-double
+/// value is formed for every element anyway, as [`fast_cell_ratios`] does).
+const SUMMARY_MIN_U: f64 = 1.0 / (1u64 << 40) as f64;
+
+/// [`RatioSummary`] of a large case's cell output: per chunk of cells (in parallel, merged in
+/// order), per run of one channel, each cell's budget ([`CellBound::at`]) and a plain-f64
+/// bracket of its exact value ([`FastCells::value_f64_in`](crate::fast::cells::FastCells));
+/// the cell's ratio ([`fast_ratio_by`]: double-double, exact near the gate) is formed only
+/// where the bracket leaves open its side of the gate or whether it could be the worst so
+/// far. The same summary, bit for bit and for any thread count, as the ratios of
+/// [`fast_cell_ratios`] give ([`RatioSummary::of`]); and how many ratios it formed.
+fn fast_cell_summary(
+    f: &crate::fast::cells::FastCells,
+    cb: &[CellBound],
+    vals: &[f64],
+    u: f64,
+    k: f64,
+) -> (RatioSummary, usize) {
+    let n = vals.len().div_ceil(RATIO_CHUNK);
+    (0..n)
+        .into_par_iter()
+        .map(|ci| {
+            let (lo, hi) = (ci * RATIO_CHUNK, ((ci + 1) * RATIO_CHUNK).min(vals.len()));
+            #[cfg(target_arch = "x86_64")]
+            if crate::fast::eval::use_fma() {
+                // SAFETY: the CPU supports AVX2 and FMA (use_fma checked it at run time).
+                return unsafe { summary_chunk_fma(f, cb, vals, (lo, hi, u, k)) };
+            }
+            summary_chunk::<crate::fast::dd::Portable>(f, cb, vals, (lo, hi, u, k))
+        })
+        .collect::<Vec<(RatioSummary, usize)>>()
+        .into_iter()
+        .fold((RatioSummary::EMPTY, 0), |(a, n), (b, m)| {
+            (a.then(b), n + m)
+        })
+}
+
+/// `1 ∓ 2^-40`: [`summary_chunk`]'s margins, far wider than the bracket's relative slack
+/// (`2^-45`) and the roundings of the tests (`2^-53` each).
+const DOWN: f64 = 1.0 - 1.0 / (1u64 << 40) as f64;
+const UP: f64 = 1.0 + 1.0 / (1u64 << 40) as f64;
+
+/// One chunk of [`fast_cell_summary`], cells `lo..hi` (`(lo, hi, u, k)`).
+#[inline(always)]
+fn summary_chunk<P: crate::fast::dd::Prod>(
+    f: &crate::fast::cells::FastCells,
+    cb: &[CellBound],
+    vals: &[f64],
+    (lo, hi, u, k): (usize, usize, f64, f64),
+) -> (RatioSummary, usize) {
+    let (mut s, mut formed) = (RatioSummary::EMPTY, 0);
+    crate::fast::channel_runs(f.geom(), lo, hi, |run, c| {
+        let bc = &cb[c];
+        for j in run {
+            let (x, d) = f.cell_inputs(j);
+            let b = bc.at(x, d);
+            let total = b.total(u);
+            s.allowed = s.allowed.max(k * u * total);
+            let v = vals[j];
+            if let Some((y, e)) = f.value_f64_in(c, j) {
+                let scale = u * total;
+                if v.abs() <= 2f64.powi(1000) && total.is_finite() && scale >= 2f64.powi(-900) {
+                    // The returned ratio times `scale` (double-double within 2^-95 of the
+                    // terms' magnitude and 2^-50 of itself, or exact) is within `2e` and a
+                    // relative 2^-45 of `|v − y|` (the f64 difference, rounded once).
+                    let dv = (v - y).abs();
+                    let up = (dv + 2.0 * e) * (1.0 + 2f64.powi(-45));
+                    let dn = (dv - 2.0 * e) * (1.0 - 2f64.powi(-45));
+                    let gate = k * scale;
+                    let within = up <= gate * DOWN;
+                    let over = dn > gate * UP;
+                    if (within || over) && up <= s.ratio * scale * DOWN {
+                        s.n_over += usize::from(over);
+                        continue;
+                    }
+                }
+            }
+            let approx = f.approx_in_by::<P>(c, j);
+            let r = fast_ratio_by(approx, v, &b, u, k, || f.exact(j));
+            s.add(j, r, k);
+            formed += 1;
+        }
+    });
+    (s, formed)
+}
+
+/// [`summary_chunk`] compiled for CPUs with FMA (see [`ratio_chunk_fma`]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn summary_chunk_fma(
+    f: &crate::fast::cells::FastCells,
+    cb: &[CellBound],
+    vals: &[f64],
+    at: (usize, usize, f64, f64),
+) -> (RatioSummary, usize) {
+    summary_chunk::<crate::fast::dd::Fused>(f, cb, vals, at)
 }
 
 /// The ratio of element `i` of a fast case: from the double-double value and its error bound,
@@ -558,19 +675,25 @@ mod tests {
         assert!(n > 700, "{n}");
     }
 
-    /// A large case's cell output judged in one pass (budgets computed per cell where the
-    /// ratio is, never stored: `ratios_and_allowed`) gives the ratios and largest allowed
-    /// error of the stored budgets judged element by element (`budgets_bound_f64`,
-    /// `fast_ratio`, `max_allowed`), bit for bit, with one thread or two: on every default-suite
-    /// case the fast cells cover (f32, f64, every layout), on computed values at, near and far
-    /// from the exact ones and the gate; `budget_at` and `budgets_of` are those budgets too.
-    #[test]
-    fn one_pass_ratios_are_the_stored_budgets_ratios() {
-        let s = crate::suite::test_suite("default", &[FloatFormat::F32, FloatFormat::F64]);
-        let mut n = 0;
-        let mut layouts = std::collections::BTreeSet::new();
-        // And cases of several chunks of cells (tiled along N, the outermost axis of both
-        // layouts): a backward NHWC case and an eval NCHW one (an elementwise gate).
+    /// A computed value for element `i` whose exact value is about `e` and whose allowed error
+    /// is `k·scale`: exact, within, at and just over the gate, far over it, over it but not
+    /// the worst, one ulp off.
+    fn perturb(i: usize, e: f64, scale: f64, k: f64, u: f64) -> f64 {
+        match i % 8 {
+            0 => e,
+            1 => e + scale * 0.5,
+            2 => e - scale * k,
+            3 => (e + scale * k).next_up(),
+            4 => e + scale * 1e3,
+            5 => e - scale * (i % 5) as f64 * 0.25,
+            6 => e - scale * k * (2.0 + (i % 11) as f64),
+            _ => e * (1.0 + u),
+        }
+    }
+
+    /// Cases of several chunks of cells (tiled along N, the outermost axis of both layouts): a
+    /// backward NHWC case and an eval NCHW one (an elementwise gate) of `s`.
+    fn tiled_cases(s: &crate::suite::Suite) -> Vec<SuiteCase> {
         let mut tiled = vec![];
         for (op, layout) in [
             (Op::Backward, bnconf_spec::Layout::Nhwc),
@@ -593,6 +716,75 @@ mod tests {
             big.id = format!("{}.tiled", c.id);
             tiled.push(big);
         }
+        tiled
+    }
+
+    /// A large case's cell output summarised without most of its ratios
+    /// (`fast_cell_summary`: the plain-f64 bracket) gives the summary of all its ratios
+    /// (`RatioSummary::of` the one-pass ratios), bit for bit, with one thread or two, in
+    /// f32's, f16's and bf16's unit roundoff: on every default-suite case the fast cells cover
+    /// and on tiled cases of several chunks (whose ratios repeat: ties, the first kept), on
+    /// values at, near and far from the exact ones and the gate, and on values correctly
+    /// rounded, where it forms the ratios of few elements (at most 1 in 16 on the tiled cases).
+    #[test]
+    fn the_summary_of_a_cell_output_is_that_of_all_its_ratios() {
+        let s = crate::suite::test_suite("default", &[FloatFormat::F32, FloatFormat::F64]);
+        let tiled = tiled_cases(s);
+        let fast_cases = s.cases.iter().filter(|c| crate::fast::covers(c.op));
+        let mut n = 0;
+        for c in fast_cases.chain(&tiled) {
+            let p = prepare_fast(c).expect("a fast preparation");
+            let f = p.fast.as_deref().expect("fast cells");
+            let cb = p.cell_bounds.as_deref().expect("cell bounds");
+            let name = c.op.outputs()[0];
+            for fmt in [FloatFormat::F32, FloatFormat::F16, FloatFormat::BF16] {
+                let (u, k) = (fmt.unit_roundoff(), p.k);
+                let b = p.budgets_of(name);
+                for perturbed in [true, false] {
+                    let vals: Vec<f64> = (0..f.len())
+                        .map(|i| {
+                            let exact = f.exact(i);
+                            if !perturbed {
+                                return round(&exact, fmt).to_f64();
+                            }
+                            perturb(i, approx(&exact), u * b[i].total(u), k, u)
+                        })
+                        .collect();
+                    let (r, allowed) = p.ratios_and_allowed(name, &vals, u);
+                    let want = RatioSummary::of(&r, k, allowed);
+                    for threads in [1, 2] {
+                        let (got, formed) = crate::par::with_threads(Some(threads), || {
+                            fast_cell_summary(f, cb, &vals, u, k)
+                        })
+                        .unwrap();
+                        let bits = |s: &RatioSummary| {
+                            (s.worst, s.ratio.to_bits(), s.n_over, s.allowed.to_bits())
+                        };
+                        assert_eq!(bits(&got), bits(&want), "{} u={u} ({threads})", c.id);
+                        assert_eq!(p.ratio_summary(name, &vals, u), want, "{}", c.id);
+                        if !perturbed && c.id.ends_with(".tiled") {
+                            assert!(16 * formed <= f.len(), "{}: {formed}/{}", c.id, f.len());
+                        }
+                    }
+                }
+            }
+            n += 1;
+        }
+        assert!(n >= 10, "{n} cases");
+    }
+
+    /// A large case's cell output judged in one pass (budgets computed per cell where the
+    /// ratio is, never stored: `ratios_and_allowed`) gives the ratios and largest allowed
+    /// error of the stored budgets judged element by element (`budgets_bound_f64`,
+    /// `fast_ratio`, `max_allowed`), bit for bit, with one thread or two: on every default-suite
+    /// case the fast cells cover (f32, f64, every layout), on computed values at, near and far
+    /// from the exact ones and the gate; `budget_at` and `budgets_of` are those budgets too.
+    #[test]
+    fn one_pass_ratios_are_the_stored_budgets_ratios() {
+        let s = crate::suite::test_suite("default", &[FloatFormat::F32, FloatFormat::F64]);
+        let mut n = 0;
+        let mut layouts = std::collections::BTreeSet::new();
+        let tiled = tiled_cases(s);
         let fast_cases = s.cases.iter().filter(|c| crate::fast::covers(c.op));
         for c in fast_cases.chain(&tiled) {
             let p = prepare_fast(c).expect("a fast preparation");
@@ -605,18 +797,7 @@ mod tests {
             assert_eq!(&p.budgets_of(name), b, "{}", c.id);
             let (u, k) = (c.dtype.unit_roundoff(), p.k);
             let vals: Vec<f64> = (0..f.len())
-                .map(|i| {
-                    let e = approx(&f.exact(i));
-                    let scale = u * b[i].total(u);
-                    match i % 6 {
-                        0 => e,
-                        1 => e + scale * 0.5,
-                        2 => e - scale * k,
-                        3 => (e + scale * k).next_up(),
-                        4 => e + scale * 1e3,
-                        _ => e * (1.0 + u),
-                    }
-                })
+                .map(|i| perturb(i, approx(&f.exact(i)), u * b[i].total(u), k, u))
                 .collect();
             let want: Vec<u64> = (0..f.len())
                 .map(|i| fast_ratio(f, i, vals[i], &b[i], u, k).to_bits())

@@ -90,9 +90,83 @@ pub struct CaseResult {
     pub computed: Option<std::sync::Arc<BTreeMap<String, Vec<f64>>>>,
 }
 
-/// The [`OutputResult`] of an output from its ratios: the worst element (the first of the
-/// greatest ratio, a NaN ratio counting as +inf), the count over `k` (a ratio of exactly `k`
-/// is within it); `budget_at` gives an element's budget, `allowed` is [`max_allowed`] of all.
+/// What the verdict on an output needs of its ratios: the worst element (the first of the
+/// greatest ratio, a NaN ratio counting as +inf), its ratio, the count over `k` (a ratio of
+/// exactly `k` is within it), and the largest error the gate accepts on any element
+/// ([`max_allowed`]). A large case's cell output forms it without the ratios of the elements
+/// that cannot be the worst (`judge::prepare`); [`RatioSummary::of`] forms it from them all.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RatioSummary {
+    /// Index of the worst element.
+    pub worst: usize,
+    /// Its ratio (NaN as +inf; −inf for no element).
+    pub ratio: f64,
+    /// Elements whose ratio is over `k`.
+    pub n_over: usize,
+    /// The largest allowed error, `max_i k·u·total_i(u)`.
+    pub allowed: f64,
+}
+
+/// The order of ratios: NaN (never returned by the ratio functions, which return inf for a
+/// non-finite value) as +inf, so that it cannot hide behind a finite ratio.
+#[inline]
+pub(crate) fn ratio_key(r: f64) -> f64 {
+    if r.is_nan() {
+        f64::INFINITY
+    } else {
+        r
+    }
+}
+
+impl RatioSummary {
+    /// No element (ratio −inf, so that any element is worse).
+    pub const EMPTY: RatioSummary = RatioSummary {
+        worst: 0,
+        ratio: f64::NEG_INFINITY,
+        n_over: 0,
+        allowed: 0.0,
+    };
+
+    /// From every element's ratio.
+    pub fn of(ratios: &[f64], k: f64, allowed: f64) -> RatioSummary {
+        let mut s = RatioSummary {
+            allowed,
+            ..RatioSummary::EMPTY
+        };
+        for (i, &r) in ratios.iter().enumerate() {
+            s.add(i, r, k);
+        }
+        s
+    }
+
+    /// Element `i` (after those added before) with ratio `r`.
+    #[inline]
+    pub fn add(&mut self, i: usize, r: f64, k: f64) {
+        let r = ratio_key(r);
+        if r > self.ratio {
+            (self.worst, self.ratio) = (i, r);
+        }
+        self.n_over += usize::from(r > k);
+    }
+
+    /// This summary's elements followed by `later`'s.
+    pub fn then(self, later: RatioSummary) -> RatioSummary {
+        let (worst, ratio) = if later.ratio > self.ratio {
+            (later.worst, later.ratio)
+        } else {
+            (self.worst, self.ratio)
+        };
+        RatioSummary {
+            worst,
+            ratio,
+            n_over: self.n_over + later.n_over,
+            allowed: self.allowed.max(later.allowed),
+        }
+    }
+}
+
+/// The [`OutputResult`] of an output from its ratios ([`RatioSummary::of`]); `budget_at`
+/// gives an element's budget, `allowed` is [`max_allowed`] of all.
 pub(crate) fn worst_of(
     name: &str,
     ratios: &[f64],
@@ -101,29 +175,37 @@ pub(crate) fn worst_of(
     exact_at: impl Fn(usize) -> QSqrt,
     (budget_at, allowed): (impl Fn(usize) -> ElementBudget, f64),
 ) -> OutputResult {
-    // (The ratio functions return inf, never NaN, for a non-finite value; this keeps a NaN
-    // from hiding behind a finite ratio should one ever come.)
-    let key = |r: f64| if r.is_nan() { f64::INFINITY } else { r };
-    let mut worst = 0usize;
-    for (i, &r) in ratios.iter().enumerate() {
-        if key(r) > key(ratios[worst]) {
-            worst = i;
-        }
-    }
-    let n_over = ratios.iter().filter(|&&r| key(r) > k).count();
-    let worst_exact = exact_at(worst);
+    output_result(
+        name,
+        RatioSummary::of(ratios, k, allowed),
+        vals,
+        exact_at,
+        budget_at,
+    )
+}
+
+/// The [`OutputResult`] of an output of values `vals` from its [`RatioSummary`] (of at least
+/// one element).
+pub(crate) fn output_result(
+    name: &str,
+    s: RatioSummary,
+    vals: &[f64],
+    exact_at: impl Fn(usize) -> QSqrt,
+    budget_at: impl Fn(usize) -> ElementBudget,
+) -> OutputResult {
+    let worst_exact = exact_at(s.worst);
     OutputResult {
         name: name.to_string(),
-        worst_ratio: key(ratios[worst]),
-        index: worst,
+        worst_ratio: s.ratio,
+        index: s.worst,
         expected: worst_exact.to_string(),
         expected_f64: round(&worst_exact, FloatFormat::F64).to_f64(),
-        actual: vals[worst],
-        budget: budget_at(worst),
-        n_over,
+        actual: vals[s.worst],
+        budget: budget_at(s.worst),
+        n_over: s.n_over,
         len: vals.len(),
         rank: None,
-        allowed_rel: allowed_rel_of(vals, allowed),
+        allowed_rel: allowed_rel_of(vals, s.allowed),
     }
 }
 

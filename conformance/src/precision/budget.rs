@@ -635,6 +635,35 @@ pub(crate) fn sum_iv_by(lo: usize, hi: usize, f: &impl Fn(usize) -> Iv) -> Iv {
     }
 }
 
+/// `K` sums of [`sum_iv_by`]'s tree at once (the terms `f(i)[k]`), each bit for bit
+/// [`sum_iv_by`] of its terms, and `seq(i, &f(i))` called on every `i` in order, so that a
+/// sequential sum ([`sum_f`]) can be formed in the same pass.
+#[inline]
+fn sum_ivs_by<const K: usize>(
+    lo: usize,
+    hi: usize,
+    f: &impl Fn(usize) -> [Iv; K],
+    seq: &mut impl FnMut(usize, &[Iv; K]),
+) -> [Iv; K] {
+    let n = hi - lo;
+    if n <= 8 {
+        let mut acc = [Iv::ZERO; K];
+        for i in lo..hi {
+            let t = f(i);
+            seq(i, &t);
+            for k in 0..K {
+                acc[k] = acc[k].add(t[k]);
+            }
+        }
+        acc
+    } else {
+        let mid = lo + n / 2;
+        let a = sum_ivs_by(lo, mid, f, seq);
+        let b = sum_ivs_by(mid, hi, f, seq);
+        std::array::from_fn(|k| a[k].add(b[k]))
+    }
+}
+
 pub(crate) fn sum_f(v: impl Iterator<Item = f64>) -> f64 {
     // Non-negative terms: the relative rounding error (≤ m*u) is covered by SAFE for any
     // realistic m; pairwise would be tighter but is not needed.
@@ -869,7 +898,7 @@ impl CellBound {
 
     /// The budget of the cell whose inputs are `x` (and `dy`; ignored by ops without one),
     /// binary floats given as f64: what [`budgets`] and [`budgets_bound_f64`] give it.
-    #[inline]
+    #[inline(always)]
     pub fn at(&self, x: f64, dy: f64) -> ElementBudget {
         let mut e = self.raw(iv_of_f64(x), iv_of_f64(dy));
         if self.gate != 1.0 {
@@ -887,7 +916,7 @@ impl CellBound {
 
     /// The budget of the cell with input enclosures `x`, `dy`, before the elementwise gate
     /// (what [`bound_channel`] gives it).
-    #[inline]
+    #[inline(always)]
     fn raw(&self, x: Iv, dy: Iv) -> ElementBudget {
         let x = iv_ldexp(x, -self.se);
         let ax = x.v.abs() + x.e;
@@ -1011,18 +1040,58 @@ fn channel_bound(
     let eps_iv = iv_ldexp(iv_of(&eps_q), -2 * se);
     // (The sums below are those of the per-cell vectors of the module docs, in the same
     // order, formed without storing the vectors: bit for bit the same bounds.)
-    let x1 = sum_f((0..m).map(|i| x(i).up())) / mf;
     let zero = Rational::from_integer(0.into());
+    // The cells' sums fused into as few passes as their dependences allow (forward: x1 and
+    // Σx, then Σd² and the centred sums, then hx; backward: x1, Σx, Σdy and mean|dy|, then
+    // Σd², then hx, Σdy·h and mean|h·dy|, then mean|z·x|), each sum in its own order.
+    let dyc = matches!(op, Op::Backward).then(|| cells("dy"));
+    let (mut x1, mut dy1) = (0.0, 0.0);
+    let (mut sdy, mut centred) = (Iv::ZERO, (0.0, 0.0));
+    let mu_sum = match &dyc {
+        Some(dyc) => {
+            let [sx, sd] = sum_ivs_by(0, m, &|i| [x(i), dyc.get(i)], &mut |_, t| {
+                x1 += t[0].up();
+                dy1 += t[1].up();
+            });
+            sdy = sd;
+            sx
+        }
+        None if matches!(op, Op::Forward) => {
+            let [sx] = sum_ivs_by(0, m, &|i| [x(i)], &mut |_, t| x1 += t[0].up());
+            sx
+        }
+        None => {
+            x1 = sum_f((0..m).map(|i| x(i).up()));
+            Iv::ZERO
+        }
+    };
+    let x1 = x1 / mf;
 
     // mean and r: computed for forward/backward, handed in (exact q) otherwise.
     let (mu, r) = match op {
         Op::Forward | Op::Backward => {
-            let mu = sum_iv_by(0, m, &x).div(mf);
-            let var = sum_iv_by(0, m, &|i| {
-                let d = x(i).sub(mu);
-                d.mul(d)
-            })
-            .div(mf);
+            let mu = mu_sum.div(mf);
+            let (mut dx, mut var_mag) = (0.0, 0.0);
+            let fwd = op == Op::Forward;
+            let [var] = sum_ivs_by(
+                0,
+                m,
+                &|i| {
+                    let d = x(i).sub(mu);
+                    [d.mul(d)]
+                },
+                &mut |i, _| {
+                    if fwd {
+                        // centred_sums(m, &x, mu)
+                        let e = x(i);
+                        let ad = e.sub(mu).up();
+                        dx += ad * e.up();
+                        var_mag += ad * ad;
+                    }
+                },
+            );
+            centred = (dx / mf, var_mag / mf);
+            let var = var.div(mf);
             match rsqrt_iv(var.add(eps_iv)) {
                 Some(r) => (mu, r),
                 None => {
@@ -1035,7 +1104,9 @@ fn channel_bound(
                         v: 0.0,
                         e: f64::INFINITY,
                     });
-                    (iv_ldexp(iv_of(&mu_e), -se), r)
+                    let mu = iv_ldexp(iv_of(&mu_e), -se);
+                    centred = centred_sums(m, &x, mu);
+                    (mu, r)
                 }
             }
         }
@@ -1061,7 +1132,23 @@ fn channel_bound(
     let ru = r.up();
     // h_i = (x_i − mu)·r, |x_i|, |h_i| (upper bounds)
     let h = |i: usize| x(i).sub(mu).mul(r);
-    let hx = sum_f((0..m).map(|i| h(i).up() * x(i).up())) / mf;
+    // hx, and for backward Σdy·h and mean|h·dy| in the same pass
+    let (mut hx, mut hdy) = (0.0, 0.0);
+    let sdyh = match &dyc {
+        Some(dyc) => {
+            let [sdyh] = sum_ivs_by(0, m, &|i| [dyc.get(i).mul(h(i))], &mut |i, _| {
+                let (hi, xi) = (h(i), x(i));
+                hx += hi.up() * xi.up();
+                hdy += hi.up() * dyc.get(i).up();
+            });
+            sdyh
+        }
+        None => {
+            hx = sum_f((0..m).map(|i| h(i).up() * x(i).up()));
+            Iv::ZERO
+        }
+    };
+    let hx = hx / mf;
     let mut cb = CellBound {
         op,
         se,
@@ -1094,24 +1181,21 @@ fn channel_bound(
     let mut out = match op {
         Op::Forward => {
             cb.bt = one("beta").up();
-            let (dx, var_mag) = centred_sums(m, &x, mu);
+            let (dx, var_mag) = centred;
             let mut var = eb(2.0 * dx, var_mag);
             var.mag2 = mean_sq(m, x1);
             vec![vec![], vec![eb(x1, x1)], vec![var]]
         }
         Op::Backward => {
-            let dyc = cells("dy");
+            let dyc = dyc.as_ref().expect("backward's dy");
             let dy = |i: usize| dyc.get(i);
-            let a = sum_iv_by(0, m, &dy).div(mf);
-            let bb = sum_iv_by(0, m, &|i| dy(i).mul(h(i))).div(mf);
-            // mean|dy|, mean|h·dy|, mean|z·x| with z_j = dy_j − a − h_j·bb, in one pass
-            let (mut dy1, mut hdy, mut zx) = (0.0, 0.0, 0.0);
+            let a = sdy.div(mf);
+            let bb = sdyh.div(mf);
+            // mean|z·x| with z_j = dy_j − a − h_j·bb (mean|dy|, mean|h·dy| formed above)
+            let mut zx = 0.0;
             for i in 0..m {
-                let (hi, ady, ax) = (h(i), dy(i).up(), x(i).up());
-                let az = dy(i).sub(a).sub(hi.mul(bb)).up();
-                dy1 += ady;
-                hdy += hi.up() * ady;
-                zx += az * ax;
+                let az = dy(i).sub(a).sub(h(i).mul(bb)).up();
+                zx += az * x(i).up();
             }
             let (dy1, hdy, zx) = (dy1 / mf, hdy / mf, zx / mf);
             (cb.a, cb.bb, cb.dy1, cb.hdy, cb.zx) = (a, bb, dy1, hdy, zx);

@@ -138,7 +138,16 @@ impl SuiteCase {
         for (name, v) in &c.inputs {
             match Op::extent(name) {
                 Extent::Cells => {
-                    cells.insert(name.clone(), NpyData::F64(v.clone()));
+                    // Values all binary32 (f32, f16, bf16 cases) as f32: half the bytes, and
+                    // the exact sums take the f32 buckets (the same sums).
+                    let f32s: Option<Vec<f32>> = v
+                        .iter()
+                        .map(|&e| ((e as f32) as f64 == e).then_some(e as f32))
+                        .collect();
+                    cells.insert(
+                        name.clone(),
+                        f32s.map_or_else(|| NpyData::F64(v.clone()), NpyData::F32),
+                    );
                 }
                 _ => {
                     chan.insert(name.clone(), v.clone());
