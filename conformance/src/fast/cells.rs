@@ -22,13 +22,54 @@ use super::dd::DD;
 pub struct FastCells {
     op: Op,
     geom: Geometry,
-    x: Vec<f64>,
-    dy: Option<Vec<f64>>,
+    cells: CellInputs,
     pub(super) chans: Vec<Chan>,
 }
 
-fn to_f64s(d: &NpyData) -> Vec<f64> {
-    d.to_f64s()
+/// The cell inputs `x` and `dy` as the case holds them: binary32 values as f32 (4 bytes a
+/// value: a large case's inputs are not copied to f64), any other as f64.
+#[derive(Clone, Debug)]
+enum CellInputs {
+    F32(Vec<f32>, Option<Vec<f32>>),
+    F64(Vec<f64>, Option<Vec<f64>>),
+}
+
+impl CellInputs {
+    /// `x` and `dy` of `p`, moved where they are f32 (or copied, `p` borrowed), else converted.
+    fn of(x: std::borrow::Cow<NpyData>, dy: Option<std::borrow::Cow<NpyData>>) -> CellInputs {
+        use std::borrow::Cow;
+        let f32s = |d: Cow<NpyData>| match d {
+            Cow::Owned(NpyData::F32(v)) => Ok(v),
+            Cow::Borrowed(NpyData::F32(v)) => Ok(v.clone()),
+            other => Err(other.to_f64s()),
+        };
+        match (f32s(x), dy.map(f32s)) {
+            (Ok(x), None) => CellInputs::F32(x, None),
+            (Ok(x), Some(Ok(d))) => CellInputs::F32(x, Some(d)),
+            (x, d) => {
+                let wide = |r: std::result::Result<Vec<f32>, Vec<f64>>| match r {
+                    Ok(v) => v.into_iter().map(f64::from).collect(),
+                    Err(w) => w,
+                };
+                CellInputs::F64(wide(x), d.map(wide))
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            CellInputs::F32(x, _) => x.len(),
+            CellInputs::F64(x, _) => x.len(),
+        }
+    }
+
+    #[inline(always)]
+    fn at(&self, j: usize) -> (f64, f64) {
+        match self {
+            CellInputs::F32(x, d) => (x[j] as f64, d.as_ref().map_or(0.0, |d| d[j] as f64)),
+            CellInputs::F64(x, d) => (x[j], d.as_ref().map_or(0.0, |d| d[j])),
+        }
+    }
 }
 
 /// Calls `f(run, c)` for the positions `lo..hi` of a tensor of geometry `g` (flat, layout
@@ -69,14 +110,46 @@ impl FastCells {
     /// Exact sums and constants of every channel (in parallel; the first failing channel in
     /// channel order reports, as the exact path does).
     pub fn new(p: &FastProblem) -> Result<FastCells> {
+        let chans = Self::chans(p)?;
+        Ok(Self::with_chans(p, chans))
+    }
+
+    /// [`FastCells::new`] keeping `p`'s inputs (not copied where they are f32).
+    pub fn of_problem(p: FastProblem) -> Result<FastCells> {
+        let chans = Self::chans(&p)?;
+        Ok(FastCells {
+            op: p.op,
+            geom: p.geom,
+            cells: CellInputs::of(
+                std::borrow::Cow::Owned(p.x),
+                p.dy.map(std::borrow::Cow::Owned),
+            ),
+            chans,
+        })
+    }
+
+    fn chans(p: &FastProblem) -> Result<Vec<Chan>> {
         let g = &p.geom;
-        let x = to_f64s(&p.x);
-        let dy = p.dy.as_ref().map(to_f64s);
+        fn wide(d: &NpyData) -> std::borrow::Cow<'_, [f64]> {
+            match d {
+                NpyData::F64(v) => std::borrow::Cow::Borrowed(v),
+                other => std::borrow::Cow::Owned(other.to_f64s()),
+            }
+        }
+        let f32_sums = matches!(
+            (&p.x, &p.dy),
+            (NpyData::F32(_), None | Some(NpyData::F32(_)))
+        );
+        let (x, dy) = if f32_sums {
+            (std::borrow::Cow::Borrowed(&[][..]), None)
+        } else {
+            (wide(&p.x), p.dy.as_ref().map(wide))
+        };
         let want_x = matches!(p.op, Op::Forward | Op::Backward);
         let chans: Vec<Result<Chan>> = (0..g.c)
             .into_par_iter()
             .map(|c| {
-                let s = if want_x || dy.is_some() {
+                let s = if want_x || p.dy.is_some() {
                     // f32 inputs summed as f32 (exponent buckets), others as f64: exact
                     // either way.
                     match (&p.x, &p.dy) {
@@ -92,13 +165,7 @@ impl FastCells {
                 channel_consts(p, c, &s)
             })
             .collect();
-        Ok(FastCells {
-            op: p.op,
-            geom: g.clone(),
-            chans: chans.into_iter().collect::<Result<_>>()?,
-            x,
-            dy,
-        })
+        chans.into_iter().collect()
     }
 
     /// `p` with its constants already computed (`chans`, one per channel).
@@ -106,8 +173,10 @@ impl FastCells {
         FastCells {
             op: p.op,
             geom: p.geom.clone(),
-            x: to_f64s(&p.x),
-            dy: p.dy.as_ref().map(to_f64s),
+            cells: CellInputs::of(
+                std::borrow::Cow::Borrowed(&p.x),
+                p.dy.as_ref().map(std::borrow::Cow::Borrowed),
+            ),
             chans,
         }
     }
@@ -119,12 +188,12 @@ impl FastCells {
 
     /// Number of cells.
     pub fn len(&self) -> usize {
-        self.x.len()
+        self.cells.len()
     }
 
     /// Whether there are no cells.
     pub fn is_empty(&self) -> bool {
-        self.x.is_empty()
+        self.cells.len() == 0
     }
 
     /// The channel of flat position `j`.
@@ -139,7 +208,7 @@ impl FastCells {
 
     #[inline(always)]
     pub(super) fn inputs_at(&self, j: usize) -> (f64, f64) {
-        (self.x[j], self.dy.as_ref().map_or(0.0, |d| d[j]))
+        self.cells.at(j)
     }
 
     /// The cell output at flat position `j` in double-double with a bound on its absolute
@@ -247,8 +316,7 @@ mod tests {
             let fc = FastCells {
                 op: Op::Forward,
                 geom: g.clone(),
-                x: vec![0.0; g.len()],
-                dy: None,
+                cells: CellInputs::F64(vec![0.0; g.len()], None),
                 chans: vec![],
             };
             for lo in 0..=g.len() {

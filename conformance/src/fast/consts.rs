@@ -119,11 +119,12 @@ pub(super) struct DdConst {
 
 #[derive(Clone, Debug)]
 pub(super) struct Chan {
-    /// The constants (kept for the tests of `forms`).
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// The constants (what `forms` are built from).
     pub(super) ex: ExactConst,
-    /// `ex` as integer forms (what [`Chan::exact`] evaluates).
-    pub(super) forms: ExactForms,
+    /// `ex` as integer forms (what [`Chan::exact`] evaluates), built on the first exact value
+    /// asked for: most channels of a large case never need one (their elements are decided in
+    /// double-double), and the forms cost more rational arithmetic than the constants.
+    forms: std::sync::OnceLock<ExactForms>,
     pub(super) dd: DdConst,
     /// Per-channel outputs, exact.
     pub(super) outs: Vec<QSqrt>,
@@ -222,7 +223,9 @@ impl DdConst {
 impl Chan {
     /// The exact cell output at inputs `x`, `d` (the integer forms: one gcd per part).
     pub(super) fn exact(&self, x: f64, d: f64) -> QSqrt {
-        self.forms.value(x, d)
+        self.forms
+            .get_or_init(|| ExactForms::new(&self.ex))
+            .value(x, d)
     }
 }
 
@@ -344,7 +347,7 @@ pub(super) fn channel_consts(p: &FastProblem, c: usize, s: &Sums) -> Result<Chan
     let has_d = matches!(p.op, Op::Backward | Op::SyncBackward);
     Ok(Chan {
         dd: DdConst::new(&ex, has_d),
-        forms: ExactForms::new(&ex),
+        forms: std::sync::OnceLock::new(),
         ex,
         outs,
     })

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 // The items of this module before it was split by role (judge/prepare.rs, judge/verdict.rs),
 // kept at their paths.
 pub use crate::judge::prepare::{
-    chunks, judged_fast, prepare, prepare_owned, prepare_with, Approx, Prepared,
-    FAST_JUDGE_MIN_LEN, JUDGE_BYTES_PER_CELL, JUDGE_CHUNK_CELLS,
+    chunks, judged_fast, prepare, prepare_owned, prepare_owned_lean, prepare_with, Approx,
+    Prepared, FAST_JUDGE_MIN_LEN, JUDGE_BYTES_PER_CELL, JUDGE_CHUNK_CELLS,
 };
 pub use crate::judge::verdict::{approx, summarize, CaseResult, OutputResult, Summary, Verdict};
 

@@ -3,6 +3,7 @@
 //! double-double approximations; large and replicated cases through the fast cells
 //! ([`crate::fast::cells`]). Expected values always come from the exact reference.
 
+use crate::formats::npy::NpyData;
 use crate::judge::budget::{self, CellBound, ElementBudget};
 use crate::judge::verdict::RatioSummary;
 use crate::par::*;
@@ -57,7 +58,8 @@ pub fn judged_fast(c: &SuiteCase) -> bool {
 /// runs and reports any error in the case, as for small cases).
 #[cfg(test)]
 fn prepare_fast(c: &SuiteCase) -> Option<Prepared> {
-    fast_parts(c).map(|parts| from_fast_parts(c.clone(), parts))
+    let mut c = c.clone();
+    fast_parts(&mut c, false).map(|parts| from_fast_parts(c, parts))
 }
 
 /// The preparation of case `c` from its fast parts ([`fast_parts`]).
@@ -87,13 +89,30 @@ type FastParts = (
     Option<std::sync::Arc<Vec<crate::judge::replicated::RankLocal>>>,
 );
 
-fn fast_parts(c: &SuiteCase) -> Option<FastParts> {
+fn fast_parts(c: &mut SuiteCase, drop_inputs: bool) -> Option<FastParts> {
     let geom = bnconf_spec::Geometry::new(c.layout, &c.shape, usize::MAX).expect("valid");
     let eps = bnconf_spec::exact::parse::parse_rational(&c.eps).expect("generated eps");
     let fp = c.fast_problem().ok()?;
-    let fc = crate::fast::cells::FastCells::new(&fp).ok()?;
-    drop(fp);
-    let bounds = budget::case_bounds_f64(c.op, &geom, &eps, &c.inputs).ok()?;
+    if drop_inputs {
+        // The fast problem holds them (binary32 values as f32): the case's f64 copy goes.
+        c.inputs = BTreeMap::new();
+    }
+    fn cell_data(d: &NpyData) -> Option<budget::CellData<'_>> {
+        match d {
+            NpyData::F32(v) => Some(budget::CellData::F32(v)),
+            NpyData::F64(v) => Some(budget::CellData::F64(v)),
+            _ => None,
+        }
+    }
+    let (x, dy) = (cell_data(&fp.x)?, fp.dy.as_ref().map(cell_data));
+    let dy = dy.map_or(Some(None), |d| d.map(Some))?;
+    let bounds = budget::case_bounds_of(c.op, &geom, &eps, &|name| match name {
+        "x" => x,
+        "dy" => dy.expect("an op with dy"),
+        _ => budget::CellData::F64(&fp.chan[name]),
+    })
+    .ok()?;
+    let fc = crate::fast::cells::FastCells::of_problem(fp).ok()?;
     let mut golden = Outputs::new();
     let mut approx = BTreeMap::new();
     for (&name, vals) in c.op.outputs()[1..].iter().zip(fc.channel_outputs()) {
@@ -565,7 +584,7 @@ pub fn prepare_with(
 ) -> Result<Vec<Prepared>, bnconf_spec::SpecError> {
     cases
         .par_iter()
-        .map(|c| prepare_case(c.clone(), allow_fast))
+        .map(|c| prepare_case(c.clone(), allow_fast, None))
         .collect()
 }
 
@@ -574,15 +593,40 @@ pub fn prepare_with(
 pub fn prepare_owned(cases: Vec<SuiteCase>) -> Result<Vec<Prepared>, bnconf_spec::SpecError> {
     cases
         .into_par_iter()
-        .map(|c| prepare_case(c, true))
+        .map(|c| prepare_case(c, true, None))
         .collect()
 }
 
-/// The preparation of one case (through the fast cells where `allow_fast` and it is large).
-fn prepare_case(c: SuiteCase, allow_fast: bool) -> Result<Prepared, bnconf_spec::SpecError> {
+/// [`prepare_owned`] of cases whose inputs `refill` makes again (a lean suite's: the streaming
+/// judge's): a large case's f64 inputs are dropped as soon as its fast problem holds them
+/// (as f32 where they are binary32), so that its inputs are held once, in their own width;
+/// its preparation then has no inputs (`refill` them to read them). A case the fast
+/// preparation refuses is refilled and prepared as [`prepare_owned`] prepares it. The same
+/// goldens, bounds and verdicts.
+pub fn prepare_owned_lean(
+    cases: Vec<SuiteCase>,
+    refill: &(dyn Fn(&mut SuiteCase) + Sync),
+) -> Result<Vec<Prepared>, bnconf_spec::SpecError> {
+    cases
+        .into_par_iter()
+        .map(|c| prepare_case(c, true, Some(refill)))
+        .collect()
+}
+
+/// The preparation of one case (through the fast cells where `allow_fast` and it is large;
+/// its inputs dropped there where `refill` can make them again).
+fn prepare_case(
+    mut c: SuiteCase,
+    allow_fast: bool,
+    refill: Option<&(dyn Fn(&mut SuiteCase) + Sync)>,
+) -> Result<Prepared, bnconf_spec::SpecError> {
     if allow_fast && judged_fast(&c) {
-        if let Some(parts) = fast_parts(&c) {
+        let lean = refill.filter(|_| c.shard_sizes.is_empty());
+        if let Some(parts) = fast_parts(&mut c, lean.is_some()) {
             return Ok(from_fast_parts(c, parts));
+        }
+        if let Some(refill) = lean {
+            refill(&mut c);
         }
     }
     let p = c.problem();
@@ -616,7 +660,7 @@ fn exact_by_forms(c: &SuiteCase) -> Option<Outputs> {
         return None;
     }
     let fp = c.fast_problem().ok()?;
-    let fc = crate::fast::cells::FastCells::new(&fp).ok()?;
+    let fc = crate::fast::cells::FastCells::of_problem(fp).ok()?;
     let names = c.op.outputs();
     let mut out = Outputs::new();
     out.insert(names[0], (0..fc.len()).map(|j| fc.exact(j)).collect());
@@ -771,6 +815,97 @@ mod tests {
             n += 1;
         }
         assert!(n >= 10, "{n} cases");
+    }
+
+    /// A lean preparation (`prepare_owned_lean`: the streaming judge's, for a suite whose
+    /// inputs are made again) is the full one without the inputs of a case prepared fast:
+    /// the same goldens, budgets, cell bounds and verdicts (outputs near, at and over the
+    /// gate), in f32 and f64, on the default suite's large cases and on tiled ones; a small
+    /// case keeps its inputs; a large case the fast preparation refuses is refilled and gets
+    /// the full preparation's error.
+    #[test]
+    fn a_lean_preparation_is_the_full_one_without_its_inputs() {
+        use crate::judge::check::Written;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let s = crate::suite::test_suite("default", &[FloatFormat::F32, FloatFormat::F64]);
+        let tiled = tiled_cases(s);
+        let mut cases: Vec<SuiteCase> = s
+            .cases
+            .iter()
+            .filter(|c| judged_fast(c) && c.shard_sizes.is_empty())
+            .cloned()
+            .collect();
+        let fast = cases.len() + tiled.len();
+        cases.extend(tiled);
+        cases.extend(s.cases.iter().filter(|c| !judged_fast(c)).take(20).cloned());
+        let kept: BTreeMap<String, BTreeMap<String, Vec<f64>>> = cases
+            .iter()
+            .map(|c| (c.id.clone(), c.inputs.clone()))
+            .collect();
+        let refills = AtomicUsize::new(0);
+        let refill = |c: &mut SuiteCase| {
+            refills.fetch_add(1, Ordering::Relaxed);
+            c.inputs = kept[&c.id].clone();
+        };
+        let full = prepare_owned(cases.clone()).unwrap();
+        let lean = prepare_owned_lean(cases, &refill).unwrap();
+        assert_eq!(refills.load(Ordering::Relaxed), 0);
+        let mut dropped = 0;
+        for (f, l) in full.iter().zip(&lean) {
+            let id = &f.case.id;
+            if f.fast.is_some() {
+                assert!(l.case.inputs.is_empty(), "{id}: inputs kept");
+                dropped += 1;
+            } else {
+                assert_eq!(l.case.inputs, f.case.inputs, "{id}");
+            }
+            assert_eq!(l.golden, f.golden, "{id}");
+            assert_eq!(
+                format!("{:?}", l.budgets),
+                format!("{:?}", f.budgets),
+                "{id}"
+            );
+            assert_eq!(
+                format!("{:?}", l.cell_bounds),
+                format!("{:?}", f.cell_bounds),
+                "{id}"
+            );
+            let (u, k) = (f.case.dtype.unit_roundoff(), f.k);
+            let outputs: BTreeMap<String, Vec<f64>> = f
+                .case
+                .op
+                .outputs()
+                .iter()
+                .map(|&name| {
+                    let b = f.budgets_of(name);
+                    let vals = (0..f.output_len(name))
+                        .map(|i| perturb(i, approx(&f.exact_at(name, i)), u * b[i].total(u), k, u))
+                        .collect();
+                    (name.to_string(), vals)
+                })
+                .collect();
+            let w = Written::Outputs(outputs);
+            let (a, b) = (f.judge_written(&w), l.judge_written(&w));
+            assert_eq!(format!("{a:?}"), format!("{b:?}"), "{id}");
+        }
+        assert_eq!(dropped, fast, "every large case prepared fast");
+        // A large eval case whose var + eps is not positive: the fast preparation refuses it,
+        // the case is refilled, and the exact path reports as for the full preparation.
+        let mut bad = tiled_cases(s)
+            .into_iter()
+            .find(|c| c.op == Op::Eval && judged_fast(c))
+            .expect("a large eval case");
+        bad.inputs.get_mut("var").unwrap()[0] = -1.0;
+        let want = prepare_owned(vec![bad.clone()]).unwrap_err();
+        let inputs = bad.inputs.clone();
+        let refilled = AtomicUsize::new(0);
+        let got = prepare_owned_lean(vec![bad], &|c: &mut SuiteCase| {
+            refilled.fetch_add(1, Ordering::Relaxed);
+            c.inputs = inputs.clone();
+        })
+        .unwrap_err();
+        assert_eq!(got.to_string(), want.to_string());
+        assert_eq!(refilled.load(Ordering::Relaxed), 1);
     }
 
     /// A large case's cell output judged in one pass (budgets computed per cell where the

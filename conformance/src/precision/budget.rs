@@ -350,27 +350,91 @@ pub fn case_bounds_f64(
     eps: &Rational,
     inputs: &BTreeMap<String, Vec<f64>>,
 ) -> Result<CaseBounds, SpecError> {
+    case_bounds_of(op, geom, eps, &|name| CellData::F64(&inputs[name]))
+}
+
+/// An input's values as a case holds them: f64, or f32 where they are binary32 (the same
+/// values: the same bounds).
+#[derive(Clone, Copy, Debug)]
+pub enum CellData<'a> {
+    /// f64 values.
+    F64(&'a [f64]),
+    /// binary32 values.
+    F32(&'a [f32]),
+}
+
+impl CellData<'_> {
+    /// Value `i`, as f64.
+    #[inline(always)]
+    pub fn at(&self, i: usize) -> f64 {
+        match self {
+            CellData::F64(v) => v[i],
+            CellData::F32(v) => v[i] as f64,
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            CellData::F64(v) => v.len(),
+            CellData::F32(v) => v.len(),
+        }
+    }
+}
+
+/// A channel's cells of one input, gathered (as the input holds them).
+enum Gathered {
+    F64(Vec<f64>),
+    F32(Vec<f32>),
+}
+
+impl Gathered {
+    fn data(&self) -> CellData<'_> {
+        match self {
+            Gathered::F64(v) => CellData::F64(v),
+            Gathered::F32(v) => CellData::F32(v),
+        }
+    }
+}
+
+/// [`case_bounds_f64`] with the inputs given by name (`input(name)` for every input of `op`:
+/// cells in layout order, per-channel inputs one per channel), f64 or f32: the same bounds
+/// for the same values, and a channel's cells gathered in the input's own width.
+pub fn case_bounds_of<'a>(
+    op: Op,
+    geom: &bnconf_spec::Geometry,
+    eps: &Rational,
+    input: &(dyn Fn(&str) -> CellData<'a> + Sync),
+) -> Result<CaseBounds, SpecError> {
     let g = geom;
     let q = crate::fast::exact_f64;
     let per_channel: Vec<ChannelBound> = (0..g.c)
         .into_par_iter()
         .map(|c| {
             let mut values = BTreeMap::new();
-            let mut floats = BTreeMap::new();
+            let mut gathered = BTreeMap::new();
             for &name in op.inputs() {
-                let data = &inputs[name];
+                let data = input(name);
                 match Op::extent(name) {
                     Extent::Cells => {
-                        floats.insert(name, g.channel_offsets(c).map(|i| data[i]).collect());
+                        let cells = g.channel_offsets(c);
+                        gathered.insert(
+                            name,
+                            match data {
+                                CellData::F64(v) => Gathered::F64(cells.map(|i| v[i]).collect()),
+                                CellData::F32(v) => Gathered::F32(cells.map(|i| v[i]).collect()),
+                            },
+                        );
                     }
                     Extent::Channel => {
-                        values.insert(name, vec![q(data[c])]);
+                        values.insert(name, vec![q(data.at(c))]);
                     }
                     Extent::Shards => {
-                        values.insert(name, data.iter().map(|&v| q(v)).collect());
+                        values.insert(name, (0..data.len()).map(|i| q(data.at(i))).collect());
                     }
                 }
             }
+            let floats: BTreeMap<&'static str, CellData> =
+                gathered.iter().map(|(&n, v)| (n, v.data())).collect();
             let inp = ChannelIn {
                 values,
                 convention: None,
@@ -635,25 +699,26 @@ pub(crate) fn sum_iv_by(lo: usize, hi: usize, f: &impl Fn(usize) -> Iv) -> Iv {
     }
 }
 
-/// `K` sums of [`sum_iv_by`]'s tree at once (the terms `f(i)[k]`), each bit for bit
-/// [`sum_iv_by`] of its terms, and `seq(i, &f(i))` called on every `i` in order, so that a
-/// sequential sum ([`sum_f`]) can be formed in the same pass.
+/// `K` sums of [`sum_iv_by`]'s tree at once (the terms `f(i).0[k]`), each bit for bit
+/// [`sum_iv_by`] of its terms, and `seq(&f(i).0, f(i).1)` called on every `i` in order, so that
+/// a sequential sum ([`sum_f`]) can be formed in the same pass from the per-cell values `f`
+/// formed on the way (`f(i).1`: never formed twice).
 #[inline]
-fn sum_ivs_by<const K: usize>(
+fn sum_ivs_by<const K: usize, E>(
     lo: usize,
     hi: usize,
-    f: &impl Fn(usize) -> [Iv; K],
-    seq: &mut impl FnMut(usize, &[Iv; K]),
+    f: &impl Fn(usize) -> ([Iv; K], E),
+    seq: &mut impl FnMut(&[Iv; K], E),
 ) -> [Iv; K] {
     let n = hi - lo;
     if n <= 8 {
         let mut acc = [Iv::ZERO; K];
         for i in lo..hi {
-            let t = f(i);
-            seq(i, &t);
+            let (t, e) = f(i);
             for k in 0..K {
                 acc[k] = acc[k].add(t[k]);
             }
+            seq(&t, e);
         }
         acc
     } else {
@@ -758,6 +823,7 @@ pub(crate) fn scale_q(q: Rational, e: i32) -> Rational {
 }
 
 /// An enclosure times `2^k`, still an enclosure where the product leaves the normal range.
+#[inline(always)]
 fn iv_ldexp(a: Iv, k: i32) -> Iv {
     if k == 0 {
         return a;
@@ -788,10 +854,11 @@ pub(crate) fn eb(cond: f64, mag: f64) -> ElementBudget {
 /// f64 (converted to exact numbers only if an exact fallback needs them).
 enum CellSource<'a> {
     Exact,
-    Floats(&'a BTreeMap<&'static str, Vec<f64>>),
+    Floats(&'a BTreeMap<&'static str, CellData<'a>>),
 }
 
 /// [`iv_of`] of an f64 (the same enclosure, without building the exact number).
+#[inline(always)]
 pub(crate) fn iv_of_f64(f: f64) -> Iv {
     if !f.is_finite() {
         return Iv {
@@ -831,7 +898,10 @@ fn bound_channel_from(
         let cells = |n: &str| -> Vec<Iv> {
             match src {
                 CellSource::Exact => inp.values[n].iter().map(iv_of).collect(),
-                CellSource::Floats(f) => f[n].iter().map(|&v| iv_of_f64(v)).collect(),
+                CellSource::Floats(f) => {
+                    let d = f[n];
+                    (0..d.len()).map(|i| iv_of_f64(d.at(i))).collect()
+                }
             }
         };
         let x = cells("x");
@@ -1010,16 +1080,18 @@ fn channel_bound(
     let cells = |n: &str| -> CellIvs {
         match src {
             CellSource::Exact => CellIvs::Stored(inp.values[n].iter().map(iv_of).collect()),
-            CellSource::Floats(f) => CellIvs::Floats(&f[n]),
+            CellSource::Floats(f) => CellIvs::Floats(f[n]),
         }
     };
     let exact_x = || -> Vec<QSqrt> {
         match src {
             CellSource::Exact => inp.values["x"].clone(),
-            CellSource::Floats(f) => f["x"]
-                .iter()
-                .map(|&v| QSqrt::rational(f64_to_rational(v).expect("finite input")))
-                .collect(),
+            CellSource::Floats(f) => {
+                let x = f["x"];
+                (0..x.len())
+                    .map(|i| QSqrt::rational(f64_to_rational(x.at(i)).expect("finite input")))
+                    .collect()
+            }
         }
     };
     // forward, backward: a channel whose |x| is beyond f64's squares (the f64 huge and tiny
@@ -1049,7 +1121,7 @@ fn channel_bound(
     let (mut sdy, mut centred) = (Iv::ZERO, (0.0, 0.0));
     let mu_sum = match &dyc {
         Some(dyc) => {
-            let [sx, sd] = sum_ivs_by(0, m, &|i| [x(i), dyc.get(i)], &mut |_, t| {
+            let [sx, sd] = sum_ivs_by(0, m, &|i| ([x(i), dyc.get(i)], ()), &mut |t, ()| {
                 x1 += t[0].up();
                 dy1 += t[1].up();
             });
@@ -1057,7 +1129,7 @@ fn channel_bound(
             sx
         }
         None if matches!(op, Op::Forward) => {
-            let [sx] = sum_ivs_by(0, m, &|i| [x(i)], &mut |_, t| x1 += t[0].up());
+            let [sx] = sum_ivs_by(0, m, &|i| ([x(i)], ()), &mut |t, ()| x1 += t[0].up());
             sx
         }
         None => {
@@ -1077,14 +1149,14 @@ fn channel_bound(
                 0,
                 m,
                 &|i| {
-                    let d = x(i).sub(mu);
-                    [d.mul(d)]
+                    let e = x(i);
+                    let d = e.sub(mu);
+                    ([d.mul(d)], (e, d))
                 },
-                &mut |i, _| {
+                &mut |_, (e, d)| {
                     if fwd {
                         // centred_sums(m, &x, mu)
-                        let e = x(i);
-                        let ad = e.sub(mu).up();
+                        let ad = d.up();
                         dx += ad * e.up();
                         var_mag += ad * ad;
                     }
@@ -1136,11 +1208,19 @@ fn channel_bound(
     let (mut hx, mut hdy) = (0.0, 0.0);
     let sdyh = match &dyc {
         Some(dyc) => {
-            let [sdyh] = sum_ivs_by(0, m, &|i| [dyc.get(i).mul(h(i))], &mut |i, _| {
-                let (hi, xi) = (h(i), x(i));
-                hx += hi.up() * xi.up();
-                hdy += hi.up() * dyc.get(i).up();
-            });
+            let [sdyh] = sum_ivs_by(
+                0,
+                m,
+                &|i| {
+                    let xi = x(i);
+                    let (hi, d) = (xi.sub(mu).mul(r), dyc.get(i));
+                    ([d.mul(hi)], (hi, xi, d))
+                },
+                &mut |_, (hi, xi, d)| {
+                    hx += hi.up() * xi.up();
+                    hdy += hi.up() * d.up();
+                },
+            );
             sdyh
         }
         None => {
@@ -1295,7 +1375,7 @@ fn centred_sums(m: usize, x: &impl Fn(usize) -> Iv, mu: Iv) -> (f64, f64) {
 /// values on each use ([`iv_of_f64`]).
 enum CellIvs<'a> {
     Stored(Vec<Iv>),
-    Floats(&'a [f64]),
+    Floats(CellData<'a>),
 }
 
 impl CellIvs<'_> {
@@ -1305,11 +1385,11 @@ impl CellIvs<'_> {
             CellIvs::Floats(f) => f.len(),
         }
     }
-    #[inline]
+    #[inline(always)]
     fn get(&self, i: usize) -> Iv {
         match self {
             CellIvs::Stored(v) => v[i],
-            CellIvs::Floats(f) => iv_of_f64(f[i]),
+            CellIvs::Floats(f) => iv_of_f64(f.at(i)),
         }
     }
 }

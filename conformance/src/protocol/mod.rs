@@ -192,9 +192,9 @@ pub(crate) fn verify_case_inputs(
     for (name, want) in inputs {
         let path = cd.join(format!("{name}.npy"));
         let (_, data) = read_npy_any(&path, want.len().max(1))?;
-        let got = decode(&data);
-        let same = got.len() == want.len()
-            && (0..want.len()).all(|i| got[i].to_bits() == want[i].to_bits());
+        // (Element by element, as `decode` reads them: no copy of a large input.)
+        let same = data.len() == want.len()
+            && (0..want.len()).all(|i| data.bf16_value(i).to_bits() == want[i].to_bits());
         if !same {
             return Err(ConfError::field(
                 format!("{rel}/{name}.npy"),
@@ -273,17 +273,25 @@ fn judge_dir_in_chunks(
             }
             verify_case(dir, s, c)?;
         }
-        let prepared = crate::judge::check::prepare_owned(chunk)?;
+        // A lean suite's large case holds its inputs once, in the fast problem's width, while
+        // it is judged; a case that does not pass has them made again for the reports.
+        let refill = |c: &mut SuiteCase| crate::suite::generate::fill_inputs(name, seed, c);
+        let prepared = if crate::suite::generate::remakes(name) {
+            crate::judge::check::prepare_owned_lean(chunk, &refill)?
+        } else {
+            crate::judge::check::prepare_owned(chunk)?
+        };
         let results: Vec<CaseResult> = prepared
             .par_iter()
             .map(|p| p.judge_written(&read_written(dir, p)))
             .collect();
-        for ((p, r), slot) in prepared
+        for ((mut p, r), slot) in prepared
             .into_iter()
             .zip(results)
             .zip(&mut s.cases[start..end])
         {
             if r.verdict != Verdict::Pass {
+                refill(&mut p.case);
                 slot.inputs = p.case.inputs.clone();
             }
             if keep_failing && r.verdict == Verdict::Fail {

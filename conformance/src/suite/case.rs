@@ -140,10 +140,12 @@ impl SuiteCase {
                 Extent::Cells => {
                     // Values all binary32 (f32, f16, bf16 cases) as f32: half the bytes, and
                     // the exact sums take the f32 buckets (the same sums).
+                    // (Tested first, then converted at the exact length: a collect into an
+                    // `Option` would grow by doubling, up to twice the bytes.)
                     let f32s: Option<Vec<f32>> = v
                         .iter()
-                        .map(|&e| ((e as f32) as f64 == e).then_some(e as f32))
-                        .collect();
+                        .all(|&e| (e as f32) as f64 == e)
+                        .then(|| v.iter().map(|&e| e as f32).collect());
                     cells.insert(
                         name.clone(),
                         f32s.map_or_else(|| NpyData::F64(v.clone()), NpyData::F32),

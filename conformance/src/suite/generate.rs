@@ -147,13 +147,19 @@ pub fn fill_inputs_tested(name: &str, seed: u64, case: &mut SuiteCase) -> Option
     }
 }
 
+/// Whether [`fill_inputs`] makes the inputs of suite `name`'s cases again (their inputs may be
+/// dropped and made again when they are needed).
+pub fn remakes(name: &str) -> bool {
+    name == "scale"
+}
+
 /// Make the inputs of `case` again where [`generate_listed_lean`] left them out (a case of
 /// suite `name` generated with `seed`); a case with inputs is left as it is.
 pub fn fill_inputs(name: &str, seed: u64, case: &mut SuiteCase) {
     if !case.inputs.is_empty() {
         return;
     }
-    if name == "scale" {
+    if remakes(name) {
         if let Some(again) = scale::remake(&Rng::new(seed), case) {
             case.inputs = again.inputs;
         }
