@@ -193,8 +193,13 @@ pub(crate) fn verify_case_inputs(
         let path = cd.join(format!("{name}.npy"));
         let (_, data) = read_npy_any(&path, want.len().max(1))?;
         // (Element by element, as `decode` reads them: no copy of a large input.)
+        let bits = |g: f64, w: &f64| g.to_bits() == w.to_bits();
         let same = data.len() == want.len()
-            && (0..want.len()).all(|i| data.bf16_value(i).to_bits() == want[i].to_bits());
+            && match &data {
+                NpyData::F32(v) => v.iter().zip(want).all(|(&g, w)| bits(g as f64, w)),
+                NpyData::F64(v) => v.iter().zip(want).all(|(&g, w)| bits(g, w)),
+                _ => (0..want.len()).all(|i| bits(data.bf16_value(i), &want[i])),
+            };
         if !same {
             return Err(ConfError::field(
                 format!("{rel}/{name}.npy"),

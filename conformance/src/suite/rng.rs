@@ -3,6 +3,44 @@
 
 use bnconf_spec::exact::round::{f64_to_rational, FloatFormat};
 
+/// SplitMix64's increment.
+const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// SplitMix64's output of a state.
+#[inline(always)]
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The uniform of a state ([`Rng::uniform`]).
+#[inline(always)]
+fn uniform_of(state: u64) -> f64 {
+    (mix(state) >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+}
+
+/// [`Rng::normals`] from state `s`: normal `i` of four draws, states `s + (4i + t)·GAMMA`,
+/// `t = 1..=4`, summed in [`Rng::normal`]'s order.
+#[inline(always)]
+fn normals_at(s: u64, out: &mut [f64]) {
+    for (i, o) in out.iter_mut().enumerate() {
+        let b = s.wrapping_add((4 * i as u64).wrapping_mul(GAMMA));
+        let u1 = uniform_of(b.wrapping_add(GAMMA));
+        let u2 = uniform_of(b.wrapping_add(GAMMA.wrapping_mul(2)));
+        let u3 = uniform_of(b.wrapping_add(GAMMA.wrapping_mul(3)));
+        let u4 = uniform_of(b.wrapping_add(GAMMA.wrapping_mul(4)));
+        *o = (u1 + u2 + u3 + u4 - 2.0) * 1.732_050_807_568_877_2;
+    }
+}
+
+/// [`normals_at`] compiled for AVX-512 (64-bit multiplies and conversions in vectors).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq")]
+fn normals_avx512(s: u64, out: &mut [f64]) {
+    normals_at(s, out)
+}
+
 /// SplitMix64: a tiny, fixed, portable generator.
 #[derive(Clone, Debug)]
 pub struct Rng(u64);
@@ -14,11 +52,8 @@ impl Rng {
     }
     /// Next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0 = self.0.wrapping_add(GAMMA);
+        mix(self.0)
     }
     /// Uniform in [0, 1) with 53 random bits.
     pub fn uniform(&mut self) -> f64 {
@@ -32,6 +67,30 @@ impl Rng {
     pub fn normal(&mut self) -> f64 {
         (self.uniform() + self.uniform() + self.uniform() + self.uniform() - 2.0)
             * 1.732_050_807_568_877_2
+    }
+    /// The stream `n` draws on (as after `n` calls of [`Rng::next_u64`]).
+    pub fn skip(&self, n: u64) -> Rng {
+        Rng(self.0.wrapping_add(n.wrapping_mul(GAMMA)))
+    }
+    /// `out.len()` values of [`Rng::normal`], in order, and the stream advanced past them: the
+    /// same bits as as many calls (the draws of a SplitMix64 stream are independent of one
+    /// another, so they are formed many at once: vectorised on CPUs with AVX-512).
+    pub fn normals(&mut self, out: &mut [f64]) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512dq")
+        {
+            // SAFETY: the features the function is compiled for are present.
+            unsafe { normals_avx512(self.0, out) };
+            self.0 = self
+                .0
+                .wrapping_add((4 * out.len() as u64).wrapping_mul(GAMMA));
+            return;
+        }
+        normals_at(self.0, out);
+        self.0 = self
+            .0
+            .wrapping_add((4 * out.len() as u64).wrapping_mul(GAMMA));
     }
     /// Integer in [0, n).
     pub fn below(&mut self, n: u64) -> u64 {
@@ -60,5 +119,50 @@ pub fn to_dtype(x: f64, f: FloatFormat) -> f64 {
                 bnconf_spec::exact::round::round_rational(&f64_to_rational(x).expect("finite"), f);
             r.to_f64()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `normals` gives the values of as many calls of `normal`, bit for bit, and leaves the
+    /// stream where they leave it (the next draws agree), from any state and for any count
+    /// (blocks cut anywhere), on the portable path and, where the CPU has it, the AVX-512 one;
+    /// `skip(n)` is `n` calls of `next_u64`.
+    #[test]
+    fn normals_are_the_calls_of_normal() {
+        let mut seeds = Rng::new(0x5eed);
+        let mut n = 0;
+        for count in (0..70).chain([255, 256, 257, 1000, 4096]) {
+            let start = Rng::new(seeds.next_u64());
+            let mut one = start.clone();
+            let want: Vec<u64> = (0..count).map(|_| one.normal().to_bits()).collect();
+            let mut block = start.clone();
+            let mut got = vec![0.0; count];
+            block.normals(&mut got);
+            assert_eq!(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want);
+            assert_eq!(block.next_u64(), one.next_u64(), "stream after {count}");
+            let mut portable = vec![0.0; count];
+            normals_at(start.0, &mut portable);
+            assert_eq!(
+                portable.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                want
+            );
+            let mut calls = start.clone();
+            (0..count).for_each(|_| {
+                calls.next_u64();
+            });
+            assert_eq!(start.skip(count as u64).0, calls.0);
+            n += count;
+        }
+        // Values of a normal: sums of four uniforms, centred and scaled.
+        let mut r = Rng::new(1);
+        let mut v = vec![0.0; 1 << 16];
+        r.normals(&mut v);
+        assert!(v.iter().all(|x| x.abs() <= 2.0 * 1.7320508075688772));
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        assert!(mean.abs() < 0.02, "{mean}");
+        assert!(n > 5000);
     }
 }

@@ -220,19 +220,32 @@ fn inputs(
     } else {
         Vec::new()
     };
+    // Each cell draws a normal for x, then one for dy (backward): drawn a block at a time
+    // (`Rng::normals`, the same values).
+    const BLOCK: usize = 4096;
+    let per = if op == Op::Backward { 2 } else { 1 };
+    let mut normals = vec![0.0; BLOCK * per];
     for (ch, &(mu, sd)) in centers.iter().enumerate() {
-        for (k, i) in geom.channel_offsets(ch).enumerate() {
-            let shift = match sc.data {
-                // Sample index n of cell k (cells of a channel run n-major), or, with N = 1,
-                // the position along the channel in tenths.
-                Data::Drift if n > 1 => 2.0 * sd * (k / geom.hw) as f64 / n as f64,
-                Data::Drift => 2.0 * sd * ((10 * k / m) as f64) / 10.0,
-                _ => 0.0,
-            };
-            x[i] = to_dtype(mu + shift + sd * rng.normal(), dtype);
-            if op == Op::Backward {
-                dy[i] = to_dtype(rng.normal(), dtype);
+        let mut cells = geom.channel_offsets(ch).enumerate();
+        let mut left = m;
+        while left > 0 {
+            let b = left.min(BLOCK);
+            rng.normals(&mut normals[..b * per]);
+            for z in normals[..b * per].chunks_exact(per) {
+                let (k, i) = cells.next().expect("m cells in a channel");
+                let shift = match sc.data {
+                    // Sample index n of cell k (cells of a channel run n-major), or, with N = 1,
+                    // the position along the channel in tenths.
+                    Data::Drift if n > 1 => 2.0 * sd * (k / geom.hw) as f64 / n as f64,
+                    Data::Drift => 2.0 * sd * ((10 * k / m) as f64) / 10.0,
+                    _ => 0.0,
+                };
+                x[i] = to_dtype(mu + shift + sd * z[0], dtype);
+                if per == 2 {
+                    dy[i] = to_dtype(z[1], dtype);
+                }
             }
+            left -= b;
         }
     }
     let mut inputs = BTreeMap::new();
@@ -272,23 +285,18 @@ pub fn ill_posed(case: &SuiteCase) -> Option<String> {
     for c in 0..g.c {
         let m = g.m as f64;
         let mean = g.channel_offsets(c).map(|i| x[i]).sum::<f64>() / m;
-        let (mut var, mut cond) = (0.0, 0.0);
+        // var and cond summed, and one cell's relative move of u (the exact rule of
+        // `super::ill_posed`, quadratic term included) at its largest, in one pass.
+        let (mut var, mut cond, mut one) = (0.0, 0.0, 0f64);
         for i in g.channel_offsets(c) {
             let v = x[i];
             var += (v - mean) * (v - mean);
             cond += (v - mean).abs() * v.abs();
+            one =
+                one.max(2.0 * u * (v * (v - mean)).abs() / m + u * u * v * v * (m - 1.0) / (m * m));
         }
         let q = var / m + eps;
         let lhs = u * 2.0 * cond / m;
-        // One cell's relative move of u (the exact rule of `super::ill_posed`, quadratic term
-        // included), with the same margin.
-        let one = g
-            .channel_offsets(c)
-            .map(|i| {
-                let v = x[i];
-                2.0 * u * (v * (v - mean)).abs() / m + u * u * v * v * (m - 1.0) / (m * m)
-            })
-            .fold(0f64, f64::max);
         if one >= q / 8.0 {
             return Some(format!(
                 "channel {c}: one cell moved by u (relatively) moves var+eps by {one:.3e}, \
