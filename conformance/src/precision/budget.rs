@@ -1099,44 +1099,55 @@ fn channel_bound(
     // (y, dgamma, dbeta 0; mean 1; var 2; dx −1), as the family's groups are.
     let xc = cells("x");
     let m = xc.len();
+    let dyc = matches!(op, Op::Backward).then(|| cells("dy"));
+    // (The sums below are those of the per-cell vectors of the module docs, in the same
+    // order, formed without storing the vectors: bit for bit the same bounds.)
+    // The cells' sums fused into as few passes as their dependences allow (forward: x1 and
+    // Σx, then Σd² and the centred sums, then hx; backward: x1, Σx, Σdy and mean|dy|, then
+    // Σd², then hx, Σdy·h and mean|h·dy|, then mean|z·x|), each sum in its own order.
+    // The first pass, of the cells scaled by 2^-se: `(Σx, Σdy, x1·m, mean|dy|·m)`, and the
+    // largest |x| into `amax`.
+    let first = |se: i32, amax: &mut f64| -> (Iv, Iv, f64, f64) {
+        let x = |i: usize| iv_ldexp(xc.get(i), -se);
+        let (mut x1, mut dy1) = (0.0, 0.0);
+        match &dyc {
+            Some(dyc) => {
+                let [sx, sd] = sum_ivs_by(0, m, &|i| ([x(i), dyc.get(i)], ()), &mut |t, ()| {
+                    x1 += t[0].up();
+                    dy1 += t[1].up();
+                    *amax = amax.max(t[0].v.abs());
+                });
+                (sx, sd, x1, dy1)
+            }
+            None if matches!(op, Op::Forward) => {
+                let [sx] = sum_ivs_by(0, m, &|i| ([x(i)], ()), &mut |t, ()| {
+                    x1 += t[0].up();
+                    *amax = amax.max(t[0].v.abs());
+                });
+                (sx, Iv::ZERO, x1, dy1)
+            }
+            None => (Iv::ZERO, Iv::ZERO, sum_f((0..m).map(|i| x(i).up())), dy1),
+        }
+    };
+    // Formed at se = 0, which is the largest |x| (taken in the same pass) gives but for the
+    // f64 huge and tiny classes; then formed again at their se.
+    let mut amax = 0f64;
+    let (mut mu_sum, mut sdy, mut x1, mut dy1) = first(0, &mut amax);
     let se = if matches!(op, Op::Forward | Op::Backward) {
-        let amax = (0..m).fold(0f64, |a, i| a.max(xc.get(i).v.abs()));
         exponent_of_max(amax, eps.to_f64().unwrap_or(f64::INFINITY))
     } else {
         0
     };
+    if se != 0 {
+        (mu_sum, sdy, x1, dy1) = first(se, &mut 0.0);
+    }
     let x = |i: usize| iv_ldexp(xc.get(i), -se);
     let mf = m as f64;
     let one = |n: &str| iv_of(&inp.values[n][0]);
     let eps_q = QSqrt::rational(eps.clone());
     let eps_iv = iv_ldexp(iv_of(&eps_q), -2 * se);
-    // (The sums below are those of the per-cell vectors of the module docs, in the same
-    // order, formed without storing the vectors: bit for bit the same bounds.)
     let zero = Rational::from_integer(0.into());
-    // The cells' sums fused into as few passes as their dependences allow (forward: x1 and
-    // Σx, then Σd² and the centred sums, then hx; backward: x1, Σx, Σdy and mean|dy|, then
-    // Σd², then hx, Σdy·h and mean|h·dy|, then mean|z·x|), each sum in its own order.
-    let dyc = matches!(op, Op::Backward).then(|| cells("dy"));
-    let (mut x1, mut dy1) = (0.0, 0.0);
-    let (mut sdy, mut centred) = (Iv::ZERO, (0.0, 0.0));
-    let mu_sum = match &dyc {
-        Some(dyc) => {
-            let [sx, sd] = sum_ivs_by(0, m, &|i| ([x(i), dyc.get(i)], ()), &mut |t, ()| {
-                x1 += t[0].up();
-                dy1 += t[1].up();
-            });
-            sdy = sd;
-            sx
-        }
-        None if matches!(op, Op::Forward) => {
-            let [sx] = sum_ivs_by(0, m, &|i| ([x(i)], ()), &mut |t, ()| x1 += t[0].up());
-            sx
-        }
-        None => {
-            x1 = sum_f((0..m).map(|i| x(i).up()));
-            Iv::ZERO
-        }
-    };
+    let mut centred = (0.0, 0.0);
     let x1 = x1 / mf;
 
     // mean and r: computed for forward/backward, handed in (exact q) otherwise.
