@@ -261,9 +261,14 @@ pub(super) fn channel_consts(p: &FastProblem, c: usize, s: &Sums) -> Result<Chan
             Err(non_positive(c, what, q))
         }
     };
+    // mu = s1/m, var = (s2·m − s1²)/m², each as one fraction of integers reduced once (the
+    // same reduced rationals as the operations one by one, at one gcd each).
     let batch = || {
-        let mu = &s.s1 / &m;
-        let var = (&s.s2 * &m - &s.s1 * &s.s1) / (&m * &m);
+        let mi = BigInt::from(p.geom.m);
+        let (n1, d1, n2, d2) = (s.s1.numer(), s.s1.denom(), s.s2.numer(), s.s2.denom());
+        let mu = Rational::new(n1.clone(), d1 * &mi);
+        let d1d1 = d1 * d1;
+        let var = Rational::new(n2 * &d1d1 * &mi - n1 * n1 * d2, d2 * d1d1 * (&mi * &mi));
         (mu, var)
     };
     let sync_q = || {
