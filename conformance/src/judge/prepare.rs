@@ -350,12 +350,33 @@ fn summary_chunk<P: crate::fast::dd::Prod>(
     (lo, hi, u, k): (usize, usize, f64, f64),
 ) -> (RatioSummary, usize) {
     let (mut s, mut formed) = (RatioSummary::EMPTY, 0);
+    // Budgets formed `L` cells at a time where the bound allows it (`CellBound::totals`: the
+    // same bits as `at(..).total(u)` one by one), the decisions then one by one.
+    const L: usize = 4;
     crate::fast::channel_runs(f.geom(), lo, hi, |run, c| {
         let bc = &cb[c];
-        for j in run {
+        // (`at`: the first cell of the lanes in hand, whose budgets `totals` holds.)
+        let (mut totals, mut at) = ([0f64; L], None);
+        for j in run.clone() {
             let (x, d) = f.cell_inputs(j);
-            let b = bc.at(x, d);
-            let total = b.total(u);
+            let l = at.map_or(L, |a| j - a);
+            let total = if l < L {
+                totals[l]
+            } else if j + L <= run.end {
+                let (mut xs, mut ds) = ([0f64; L], [0f64; L]);
+                for (t, (xl, dl)) in xs.iter_mut().zip(&mut ds).enumerate() {
+                    (*xl, *dl) = f.cell_inputs(j + t);
+                }
+                match bc.totals(&xs, &ds, u) {
+                    Some(t) => {
+                        (totals, at) = (t, Some(j));
+                        totals[0]
+                    }
+                    None => bc.at(x, d).total(u),
+                }
+            } else {
+                bc.at(x, d).total(u)
+            };
             s.allowed = s.allowed.max(k * u * total);
             let v = vals[j];
             if let Some((y, e)) = f.value_f64_in(c, j) {
@@ -376,6 +397,7 @@ fn summary_chunk<P: crate::fast::dd::Prod>(
                     }
                 }
             }
+            let b = bc.at(x, d);
             let approx = f.approx_in_by::<P>(c, j);
             let r = fast_ratio_by(approx, v, &b, u, k, || f.exact(j));
             s.add(j, r, k);

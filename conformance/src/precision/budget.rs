@@ -984,6 +984,74 @@ impl CellBound {
         e
     }
 
+    /// Forward's budget of a cell from `|x|` and `|h|` (upper bounds), before scaling back.
+    #[inline(always)]
+    fn forward(&self, ax: f64, ah: f64) -> ElementBudget {
+        let (gm, ru, bt, x1, hx, dk) = (self.gm, self.ru, self.bt, self.x1, self.hx, self.dk);
+        let mut e = eb(gm * ru * (ax + x1 + ah * hx) + gm * ah + bt, gm * ru * x1);
+        e.mag2 = dk * gm * ah * ru * ru / 2.0;
+        e
+    }
+
+    /// Backward's budget of a cell from `|x|`, `h`, `|h|` and `dy`, before scaling back.
+    #[inline(always)]
+    fn backward(&self, ax: f64, h: Iv, ah: f64, dy: Iv) -> ElementBudget {
+        let (gm, ru, x1, hx, dk) = (self.gm, self.ru, self.x1, self.hx, self.dk);
+        let (dy1, hdy, zx, bu, au) = (self.dy1, self.hdy, self.zx, self.bu, self.au);
+        let ady = dy.up();
+        let az = dy.sub(self.a).sub(h.mul(self.bb)).up();
+        let cond = gm * ru * (ady + dy1 + ah * hdy)
+            + gm * ru * az
+            + gm * ru * ru * (az * hx + ah * zx + bu * (ax + x1 + ah * hx));
+        let mag = gm * ru * (ady + dy1 + ah * hdy + x1 * ru * (hdy + ah * dy1));
+        let mut e = eb(cond, mag);
+        e.mag2 = dk * gm * ru * ru * ru * ((ady + au + 3.0 * ah * bu) / 2.0 + au);
+        e
+    }
+
+    /// `at(x[l], dy[l]).total(u)` for each lane `l`, for a forward or backward channel with
+    /// no scaling (`se = 0`: all but the f64 huge and tiny classes); `None` otherwise. The
+    /// same bits as [`CellBound::at`], in a form without branches, which the compiler forms
+    /// `L` lanes at a time.
+    #[inline(always)]
+    pub fn totals<const L: usize>(&self, x: &[f64; L], dy: &[f64; L], u: f64) -> Option<[f64; L]> {
+        if self.se != 0 || self.back != 1.0 || self.gate != 1.0 {
+            return None;
+        }
+        let und = underflow(u) / u;
+        let total = |mut e: ElementBudget| {
+            for v in [&mut e.cond, &mut e.mag, &mut e.mag2] {
+                if v.is_nan() {
+                    *v = f64::INFINITY;
+                }
+            }
+            // `total(u)`, `underflow(u)/u` formed once.
+            e.cond + (e.mag + u * e.mag2 + und)
+        };
+        let mut out = [0.0; L];
+        let cell = |xl: f64| {
+            let x = iv_of_f64(xl);
+            let h = x.sub(self.mu).mul(self.r);
+            (x.v.abs() + x.e, h, h.up())
+        };
+        match self.op {
+            Op::Forward => {
+                for l in 0..L {
+                    let (ax, _, ah) = cell(x[l]);
+                    out[l] = total(self.forward(ax, ah));
+                }
+            }
+            Op::Backward => {
+                for l in 0..L {
+                    let (ax, h, ah) = cell(x[l]);
+                    out[l] = total(self.backward(ax, h, ah, iv_of_f64(dy[l])));
+                }
+            }
+            _ => return None,
+        }
+        Some(out)
+    }
+
     /// The budget of the cell with input enclosures `x`, `dy`, before the elementwise gate
     /// (what [`bound_channel`] gives it).
     #[inline(always)]
@@ -992,25 +1060,10 @@ impl CellBound {
         let ax = x.v.abs() + x.e;
         let h = x.sub(self.mu).mul(self.r);
         let ah = h.up();
-        let (gm, ru, bt, x1, hx, dk) = (self.gm, self.ru, self.bt, self.x1, self.hx, self.dk);
+        let (gm, ru, bt) = (self.gm, self.ru, self.bt);
         let e = match self.op {
-            Op::Forward => {
-                let mut e = eb(gm * ru * (ax + x1 + ah * hx) + gm * ah + bt, gm * ru * x1);
-                e.mag2 = dk * gm * ah * ru * ru / 2.0;
-                e
-            }
-            Op::Backward => {
-                let (dy1, hdy, zx, bu, au) = (self.dy1, self.hdy, self.zx, self.bu, self.au);
-                let ady = dy.up();
-                let az = dy.sub(self.a).sub(h.mul(self.bb)).up();
-                let cond = gm * ru * (ady + dy1 + ah * hdy)
-                    + gm * ru * az
-                    + gm * ru * ru * (az * hx + ah * zx + bu * (ax + x1 + ah * hx));
-                let mag = gm * ru * (ady + dy1 + ah * hdy + x1 * ru * (hdy + ah * dy1));
-                let mut e = eb(cond, mag);
-                e.mag2 = dk * gm * ru * ru * ru * ((ady + au + 3.0 * ah * bu) / 2.0 + au);
-                e
-            }
+            Op::Forward => self.forward(ax, ah),
+            Op::Backward => self.backward(ax, h, ah, dy),
             Op::Eval => {
                 let (muu, vu) = (self.muu, self.vu);
                 eb(

@@ -1259,3 +1259,103 @@ fn budgets_bound_f64_are_the_bound_budgets() {
     }
     assert!(k > 50, "{k} multi-channel cases");
 }
+
+// ------------------------------------------------------------------ CellBound::totals
+
+/// `CellBound::totals` (budgets formed lanes at a time) is `at(x, dy).total(u)` of each lane,
+/// bit for bit: on generated forward and backward channels, at their own cells and at zeros,
+/// subnormals, huge, infinite and NaN inputs, in every format's unit roundoff; it declines
+/// (`None`) a channel bounded with a scale exponent (the f64 huge class) and the other ops.
+#[test]
+fn lane_totals_are_the_budgets_totals() {
+    let extremes = [
+        0.0,
+        -0.0,
+        5e-324,
+        -2.5e-310,
+        1e-30,
+        1e300,
+        -1e300,
+        f64::INFINITY,
+        f64::NAN,
+        3.5,
+    ];
+    let formats = [
+        FloatFormat::F64,
+        FloatFormat::F32,
+        FloatFormat::F16,
+        FloatFormat::BF16,
+    ];
+    let mut n = 0;
+    for seed in 0..cases(256) as u64 {
+        let op = [Op::Forward, Op::Backward][seed as usize % 2];
+        let ch = gen_channel(op, seed.wrapping_mul(0x9E37_79B9).wrapping_add(7));
+        let m = ch.f["x"].len();
+        let geom =
+            bnconf_spec::Geometry::new(bnconf_spec::Layout::Rows, &[1, m], usize::MAX).unwrap();
+        let floats =
+            ch.f.iter()
+                .map(|(&k, v)| (k.to_string(), v.clone()))
+                .collect();
+        let Ok(b) = case_bounds_f64(op, &geom, &ch.eps, &floats) else {
+            continue;
+        };
+        let cb = &b.cells[0];
+        let xs: Vec<f64> = ch.f["x"].iter().copied().chain(extremes).collect();
+        let dys: Vec<f64> = match ch.f.get("dy") {
+            Some(d) => d
+                .iter()
+                .copied()
+                .chain(extremes.iter().rev().copied())
+                .collect(),
+            None => vec![0.0; xs.len()],
+        };
+        for f in formats {
+            let u = f.unit_roundoff();
+            for j in 0..xs.len().saturating_sub(3) {
+                let x: [f64; 4] = std::array::from_fn(|l| xs[j + l]);
+                let d: [f64; 4] = std::array::from_fn(|l| dys[j + l]);
+                let got = cb
+                    .totals(&x, &d, u)
+                    .expect("an unscaled forward or backward channel");
+                for l in 0..4 {
+                    let want = cb.at(x[l], d[l]).total(u);
+                    assert_eq!(
+                        got[l].to_bits(),
+                        want.to_bits(),
+                        "{op:?} x={} dy={}",
+                        x[l],
+                        d[l]
+                    );
+                }
+                n += 1;
+            }
+        }
+    }
+    assert!(n > 1000, "{n}");
+    // Declined: a channel bounded as x/2^se, and an op other than forward and backward.
+    let huge: BTreeMap<String, Vec<f64>> = [
+        ("x".to_string(), vec![1e200, -3e200, 2e200]),
+        ("gamma".to_string(), vec![1.0]),
+        ("beta".to_string(), vec![0.0]),
+    ]
+    .into();
+    let geom = bnconf_spec::Geometry::new(bnconf_spec::Layout::Rows, &[1, 3], usize::MAX).unwrap();
+    let eps = Rational::new(1.into(), 100_000.into());
+    let b = case_bounds_f64(Op::Forward, &geom, &eps, &huge).unwrap();
+    assert!(b.cells[0]
+        .totals(&[1e200; 4], &[0.0; 4], 0.5f64.powi(53))
+        .is_none());
+    let eval: BTreeMap<String, Vec<f64>> = [
+        ("x".to_string(), vec![1.0, 2.0, 3.0]),
+        ("gamma".to_string(), vec![1.0]),
+        ("beta".to_string(), vec![0.0]),
+        ("mean".to_string(), vec![2.0]),
+        ("var".to_string(), vec![1.0]),
+    ]
+    .into();
+    let b = case_bounds_f64(Op::Eval, &geom, &eps, &eval).unwrap();
+    assert!(b.cells[0]
+        .totals(&[1.0; 4], &[0.0; 4], 0.5f64.powi(24))
+        .is_none());
+}
