@@ -547,11 +547,14 @@ impl Approx {
 pub const JUDGE_CHUNK_CELLS: usize = 1 << 20;
 
 /// The streaming judge's working set per cell of the cases in hand (docs/PERF.md, "Judging
-/// the scale suite"), for a backward case (inputs `x`, `dy`, output `dx` per cell): 16 bytes of
-/// inputs (f64), 16 of the fast cells' copy of them, 16 of the bounds' per-channel gather, 8
-/// of the kernel's output read back (f64) and 8 of ratios, at most (budgets are computed
-/// where each ratio is, never stored: [`CellBound`]).
-pub const JUDGE_BYTES_PER_CELL: usize = 64;
+/// the scale suite"), for a backward case of binary32 values (inputs `x`, `dy`, output `dx` per
+/// cell), at most: 16 bytes of inputs (f64, as the suite holds them), 8 of the fast cells' f32
+/// copy, 8 of the bounds' per-channel gather (f32) and 12 of the kernel's output (read as f32,
+/// kept as f64). Budgets are computed where each ratio is, never stored ([`CellBound`]); few
+/// ratios are formed. A lean suite's case (the scale suite's: [`prepare_owned_lean`]) drops its
+/// f64 inputs once the fast cells hold them: about 24 bytes a cell at its peak, while it is
+/// made.
+pub const JUDGE_BYTES_PER_CELL: usize = 48;
 
 /// Consecutive runs of `cases`, in order, each of at most `max_values` input values (all
 /// inputs together) or a single case: the chunks the streaming judge prepares at once.
