@@ -104,8 +104,11 @@ fn fast_parts(c: &mut SuiteCase, drop_inputs: bool) -> Option<FastParts> {
             _ => None,
         }
     }
-    let (x, dy) = (cell_data(&fp.x)?, fp.dy.as_ref().map(cell_data));
-    let dy = dy.map_or(Some(None), |d| d.map(Some))?;
+    let x = cell_data(&fp.x)?;
+    let dy = match &fp.dy {
+        Some(d) => Some(cell_data(d)?),
+        None => None,
+    };
     let bounds = budget::case_bounds_of(c.op, &geom, &eps, &|name| match name {
         "x" => x,
         "dy" => dy.expect("an op with dy"),

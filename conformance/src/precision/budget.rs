@@ -132,11 +132,22 @@ impl ElementBudget {
     /// The magnitude to pass to [`ratio`] in a dtype with unit roundoff `u`:
     /// `mag + u*mag2 + underflow(u)/u` (the underflow term, [`underflow`], in units of `u`).
     pub fn mag_at(&self, u: f64) -> f64 {
-        self.mag + u * self.mag2 + underflow(u) / u
+        self.mag_given(u, underflow(u) / u)
+    }
+    /// [`ElementBudget::mag_at`] with `und = underflow(u)/u` given (formed once by a caller
+    /// of many elements).
+    #[inline(always)]
+    fn mag_given(&self, u: f64, und: f64) -> f64 {
+        self.mag + u * self.mag2 + und
     }
     /// `cond + mag + u*mag2 + underflow(u)/u`: the budget in units of `u`.
     pub fn total(&self, u: f64) -> f64 {
-        self.cond + self.mag_at(u)
+        self.total_given(u, underflow(u) / u)
+    }
+    /// [`ElementBudget::total`] with `und = underflow(u)/u` given.
+    #[inline(always)]
+    pub fn total_given(&self, u: f64, und: f64) -> f64 {
+        self.cond + self.mag_given(u, und)
     }
     /// [`ratio`] of a computed value against this budget.
     pub fn ratio(&self, computed: f64, exact: &QSqrt, u: f64) -> f64 {
@@ -485,11 +496,7 @@ fn elementwise_gate(op: Op, m: usize, b: &mut [Vec<ElementBudget>]) {
 /// NaN (0·∞ in the f64 evaluation) becomes an infinite budget.
 fn no_nan(b: &mut [Vec<ElementBudget>]) {
     for e in b.iter_mut().flatten() {
-        for v in [&mut e.cond, &mut e.mag, &mut e.mag2] {
-            if v.is_nan() {
-                *v = f64::INFINITY;
-            }
-        }
+        *e = nan_as_infinity(*e);
     }
 }
 
@@ -960,6 +967,17 @@ pub struct CellBound {
     m2u: f64,
 }
 
+/// A budget with its NaN terms (0·∞ in the f64 evaluation) made infinite ([`no_nan`]).
+#[inline(always)]
+fn nan_as_infinity(mut e: ElementBudget) -> ElementBudget {
+    for v in [&mut e.cond, &mut e.mag, &mut e.mag2] {
+        if v.is_nan() {
+            *v = f64::INFINITY;
+        }
+    }
+    e
+}
+
 impl CellBound {
     /// Whether the cell output depends on a `dy` cell.
     pub fn has_dy(&self) -> bool {
@@ -970,18 +988,26 @@ impl CellBound {
     /// binary floats given as f64: what [`budgets`] and [`budgets_bound_f64`] give it.
     #[inline(always)]
     pub fn at(&self, x: f64, dy: f64) -> ElementBudget {
-        let mut e = self.raw(iv_of_f64(x), iv_of_f64(dy));
+        self.finish(self.raw(iv_of_f64(x), iv_of_f64(dy)))
+    }
+
+    /// A cell's [`CellBound::raw`] budget as [`budgets`] gives it: the elementwise gate's
+    /// factor applied and NaN as infinity.
+    #[inline(always)]
+    fn finish(&self, mut e: ElementBudget) -> ElementBudget {
         if self.gate != 1.0 {
             e.cond *= self.gate;
             e.mag *= self.gate;
             e.mag2 *= self.gate;
         }
-        for v in [&mut e.cond, &mut e.mag, &mut e.mag2] {
-            if v.is_nan() {
-                *v = f64::INFINITY;
-            }
-        }
-        e
+        nan_as_infinity(e)
+    }
+
+    /// A (scaled) cell `x`'s `|x|`, `h = (x − mu)·r` and `|h|` (upper bounds).
+    #[inline(always)]
+    fn cell(&self, x: Iv) -> (f64, Iv, f64) {
+        let h = x.sub(self.mu).mul(self.r);
+        (x.v.abs() + x.e, h, h.up())
     }
 
     /// Forward's budget of a cell from `|x|` and `|h|` (upper bounds), before scaling back.
@@ -1018,22 +1044,12 @@ impl CellBound {
         if self.se != 0 || self.back != 1.0 || self.gate != 1.0 {
             return None;
         }
+        // (`finish` without the gate's factor, 1 here; `total(u)` with its underflow term
+        // formed once.)
         let und = underflow(u) / u;
-        let total = |mut e: ElementBudget| {
-            for v in [&mut e.cond, &mut e.mag, &mut e.mag2] {
-                if v.is_nan() {
-                    *v = f64::INFINITY;
-                }
-            }
-            // `total(u)`, `underflow(u)/u` formed once.
-            e.cond + (e.mag + u * e.mag2 + und)
-        };
+        let total = |e: ElementBudget| nan_as_infinity(e).total_given(u, und);
+        let cell = |x: f64| self.cell(iv_of_f64(x));
         let mut out = [0.0; L];
-        let cell = |xl: f64| {
-            let x = iv_of_f64(xl);
-            let h = x.sub(self.mu).mul(self.r);
-            (x.v.abs() + x.e, h, h.up())
-        };
         match self.op {
             Op::Forward => {
                 for l in 0..L {
@@ -1056,10 +1072,7 @@ impl CellBound {
     /// (what [`bound_channel`] gives it).
     #[inline(always)]
     fn raw(&self, x: Iv, dy: Iv) -> ElementBudget {
-        let x = iv_ldexp(x, -self.se);
-        let ax = x.v.abs() + x.e;
-        let h = x.sub(self.mu).mul(self.r);
-        let ah = h.up();
+        let (ax, h, ah) = self.cell(iv_ldexp(x, -self.se));
         let (gm, ru, bt) = (self.gm, self.ru, self.bt);
         let e = match self.op {
             Op::Forward => self.forward(ax, ah),

@@ -1201,6 +1201,17 @@ proptest! {
 
 // ------------------------------------------------------------------ budgets_bound_f64
 
+/// A generated channel as a case of one row (`Rows`, `[1, m]`) and its inputs as f64 by name.
+fn as_row(ch: &Chan) -> (bnconf_spec::Geometry, BTreeMap<String, Vec<f64>>) {
+    let m = ch.f[ch.op.cell_input()].len();
+    let geom = bnconf_spec::Geometry::new(bnconf_spec::Layout::Rows, &[1, m], usize::MAX).unwrap();
+    let floats =
+        ch.f.iter()
+            .map(|(&k, v)| (k.to_string(), v.clone()))
+            .collect();
+    (geom, floats)
+}
+
 /// `budgets_bound_f64` (the fast path's budgets: channel inputs exact only while bounded) is
 /// `budgets` by `Method::Bound` on the same problem, bit for bit: on generated channels of
 /// every fast-path op, and on the default suite's cases of those ops (several channels,
@@ -1217,9 +1228,7 @@ fn budgets_bound_f64_are_the_bound_budgets() {
     let mut n = 0;
     for seed in 0..cases(256) as u64 {
         let ch = gen_channel(fast_ops[seed as usize % 5], seed.wrapping_mul(0x9E37_79B9));
-        let m = ch.f[ch.op.cell_input()].len();
-        let geom =
-            bnconf_spec::Geometry::new(bnconf_spec::Layout::Rows, &[1, m], usize::MAX).unwrap();
+        let (geom, floats) = as_row(&ch);
         let values = ch
             .inp
             .values
@@ -1229,10 +1238,6 @@ fn budgets_bound_f64_are_the_bound_budgets() {
         let Ok(p) = Problem::new(ch.op, geom.clone(), ch.eps.clone(), values) else {
             continue;
         };
-        let floats =
-            ch.f.iter()
-                .map(|(&k, v)| (k.to_string(), v.clone()))
-                .collect();
         let want = budgets(&p, Method::Bound);
         let got = budgets_bound_f64(ch.op, &geom, &ch.eps, &floats);
         match (got, want) {
@@ -1290,13 +1295,7 @@ fn lane_totals_are_the_budgets_totals() {
     for seed in 0..cases(256) as u64 {
         let op = [Op::Forward, Op::Backward][seed as usize % 2];
         let ch = gen_channel(op, seed.wrapping_mul(0x9E37_79B9).wrapping_add(7));
-        let m = ch.f["x"].len();
-        let geom =
-            bnconf_spec::Geometry::new(bnconf_spec::Layout::Rows, &[1, m], usize::MAX).unwrap();
-        let floats =
-            ch.f.iter()
-                .map(|(&k, v)| (k.to_string(), v.clone()))
-                .collect();
+        let (geom, floats) = as_row(&ch);
         let Ok(b) = case_bounds_f64(op, &geom, &ch.eps, &floats) else {
             continue;
         };
