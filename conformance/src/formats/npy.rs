@@ -232,12 +232,52 @@ pub fn read_npy_case_input(
 }
 
 fn read_npy_path(path: &Path, max_elems: usize, half: bool) -> Result<(Vec<usize>, NpyData)> {
+    let (shape, read) = read_npy_path_as(path, max_elems, half, None)?;
+    Ok((shape, read.data()))
+}
+
+/// What [`read_npy_any_as`] read: the values as f64, or the data as it is stored.
+#[derive(Debug)]
+pub enum NpyRead {
+    /// The file's elements, of the type asked for, each as f64 (exact).
+    Values(Vec<f64>),
+    /// The file's data, of another type.
+    Data(NpyData),
+}
+
+impl NpyRead {
+    fn data(self) -> NpyData {
+        match self {
+            NpyRead::Data(d) => d,
+            NpyRead::Values(v) => NpyData::F64(v),
+        }
+    }
+}
+
+/// [`read_npy_any`] of a file whose elements are expected to be of type `want`: if they are,
+/// read straight into f64 values (exact: as [`NpyData::to_f64s`], and `<u2` as bf16 bit
+/// patterns, [`NpyData::bf16_values`]), with no copy in the stored width; else the data as
+/// [`read_npy_any`] reads it. The same checks and errors.
+pub fn read_npy_any_as(
+    path: &Path,
+    max_elems: usize,
+    want: Descr,
+) -> Result<(Vec<usize>, NpyRead)> {
+    read_npy_path_as(path, max_elems, true, Some(want))
+}
+
+fn read_npy_path_as(
+    path: &Path,
+    max_elems: usize,
+    half: bool,
+    want: Option<Descr>,
+) -> Result<(Vec<usize>, NpyRead)> {
     // The largest file that can hold `max_elems` elements: refused before reading anything
     // (a sparse 10 GiB file costs nothing); the exact size is checked against the header.
     let cap = MAX_PREAMBLE + MAX_HEADER_BYTES as u64 + (max_elems as u64).saturating_mul(8);
     let what = format!("an npy header and {max_elems} elements of at most 8 bytes");
     let (f, file_len) = fsafe::open_regular(path, cap, &what)?;
-    read_npy_from(std::io::BufReader::new(f), file_len, max_elems, half).map_err(|msg| {
+    read_npy_from_as(std::io::BufReader::new(f), file_len, max_elems, half, want).map_err(|msg| {
         ConfError::Npy {
             path: path.display().to_string(),
             msg,
@@ -264,11 +304,23 @@ pub fn read_npy_bytes_any(bytes: &[u8], max_elems: usize) -> Result<(Vec<usize>,
 /// Read npy data from `r`, which holds `file_len` bytes. Every size (header length, element
 /// count, data length) is checked against `file_len` and `max_elems` before it is allocated.
 fn read_npy_from(
-    mut r: impl Read,
+    r: impl Read,
     file_len: u64,
     max_elems: usize,
     half: bool,
 ) -> std::result::Result<(Vec<usize>, NpyData), String> {
+    let (shape, read) = read_npy_from_as(r, file_len, max_elems, half, None)?;
+    Ok((shape, read.data()))
+}
+
+/// [`read_npy_from`], elements of type `want` read straight into f64 ([`read_npy_any_as`]).
+fn read_npy_from_as(
+    mut r: impl Read,
+    file_len: u64,
+    max_elems: usize,
+    half: bool,
+    direct: Option<Descr>,
+) -> std::result::Result<(Vec<usize>, NpyRead), String> {
     let mut pre = [0u8; 12];
     r.read_exact(&mut pre[..8])
         .map_err(|e| format!("not an npy file: {e}"))?;
@@ -340,11 +392,21 @@ fn read_npy_from(
         ));
     }
     let n = n as usize;
-    let data = match descr {
-        Descr::F4 => NpyData::F32(read_elems(&mut r, n, f32::from_le_bytes)?),
-        Descr::F8 => NpyData::F64(read_elems(&mut r, n, f64::from_le_bytes)?),
-        Descr::F2 => NpyData::F16(read_elems(&mut r, n, f16::from_le_bytes)?),
-        Descr::U2 => NpyData::U16(read_elems(&mut r, n, u16::from_le_bytes)?),
+    let data = match (descr, direct == Some(descr)) {
+        (Descr::F4, true) => {
+            NpyRead::Values(read_elems(&mut r, n, |b| f32::from_le_bytes(b) as f64)?)
+        }
+        (Descr::F8, true) => NpyRead::Values(read_elems(&mut r, n, f64::from_le_bytes)?),
+        (Descr::F2, true) => {
+            NpyRead::Values(read_elems(&mut r, n, |b| f16::from_le_bytes(b).to_f64())?)
+        }
+        (Descr::U2, true) => NpyRead::Values(read_elems(&mut r, n, |b| {
+            f32::from_bits((u16::from_le_bytes(b) as u32) << 16) as f64
+        })?),
+        (Descr::F4, _) => NpyRead::Data(NpyData::F32(read_elems(&mut r, n, f32::from_le_bytes)?)),
+        (Descr::F8, _) => NpyRead::Data(NpyData::F64(read_elems(&mut r, n, f64::from_le_bytes)?)),
+        (Descr::F2, _) => NpyRead::Data(NpyData::F16(read_elems(&mut r, n, f16::from_le_bytes)?)),
+        (Descr::U2, _) => NpyRead::Data(NpyData::U16(read_elems(&mut r, n, u16::from_le_bytes)?)),
     };
     // The size was checked; a file that grew since must still end here.
     let mut extra = [0u8; 1];

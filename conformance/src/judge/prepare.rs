@@ -90,13 +90,18 @@ type FastParts = (
 );
 
 fn fast_parts(c: &mut SuiteCase, drop_inputs: bool) -> Option<FastParts> {
-    let geom = bnconf_spec::Geometry::new(c.layout, &c.shape, usize::MAX).expect("valid");
-    let eps = bnconf_spec::exact::parse::parse_rational(&c.eps).expect("generated eps");
     let fp = c.fast_problem().ok()?;
     if drop_inputs {
         // The fast problem holds them (binary32 values as f32): the case's f64 copy goes.
         c.inputs = BTreeMap::new();
     }
+    fast_parts_of(c, fp)
+}
+
+/// [`fast_parts`] of the case's fast problem `fp` (its inputs, whether `c` holds them or not).
+fn fast_parts_of(c: &SuiteCase, fp: crate::fast::FastProblem) -> Option<FastParts> {
+    let geom = bnconf_spec::Geometry::new(c.layout, &c.shape, usize::MAX).expect("valid");
+    let eps = bnconf_spec::exact::parse::parse_rational(&c.eps).expect("generated eps");
     fn cell_data(d: &NpyData) -> Option<budget::CellData<'_>> {
         match d {
             NpyData::F32(v) => Some(budget::CellData::F32(v)),
@@ -554,9 +559,10 @@ pub const JUDGE_CHUNK_CELLS: usize = 1 << 20;
 /// cell), at most: 16 bytes of inputs (f64, as the suite holds them), 8 of the fast cells' f32
 /// copy, 8 of the bounds' per-channel gather (f32) and 12 of the kernel's output (read as f32,
 /// kept as f64). Budgets are computed where each ratio is, never stored ([`CellBound`]); few
-/// ratios are formed. A lean suite's case (the scale suite's: [`prepare_owned_lean`]) drops its
-/// f64 inputs once the fast cells hold them: about 24 bytes a cell at its peak, while it is
-/// made.
+/// ratios are formed. A lean suite's large case (the scale suite's: [`prepare_owned_lean`]) is
+/// made as its fast problem, never as f64 (`suite::generate::remake_fast`), and its outputs
+/// are read straight into f64: 8 bytes a cell of inputs and 8 of the output, about 16 at its
+/// peak.
 pub const JUDGE_BYTES_PER_CELL: usize = 48;
 
 /// Consecutive runs of `cases`, in order, each of at most `max_values` input values (all
@@ -631,14 +637,39 @@ pub fn prepare_owned(cases: Vec<SuiteCase>) -> Result<Vec<Prepared>, bnconf_spec
 /// its preparation then has no inputs (`refill` them to read them). A case the fast
 /// preparation refuses is refilled and prepared as [`prepare_owned`] prepares it. The same
 /// goldens, bounds and verdicts.
+///
+/// A case given with its fast problem (`Some`: a case whose inputs are left out, made again
+/// as the fast path holds them: `suite::generate::remake_fast`) is prepared from it, never
+/// holding f64 inputs; if small, or refused, it is refilled and prepared as above.
 pub fn prepare_owned_lean(
-    cases: Vec<SuiteCase>,
+    cases: Vec<(SuiteCase, Option<crate::fast::FastProblem>)>,
     refill: &(dyn Fn(&mut SuiteCase) + Sync),
 ) -> Result<Vec<Prepared>, bnconf_spec::SpecError> {
     cases
         .into_par_iter()
-        .map(|c| prepare_case(c, true, Some(refill)))
+        .map(|(c, made)| match made {
+            Some(fp) => prepare_made(c, fp, refill),
+            None => prepare_case(c, true, Some(refill)),
+        })
         .collect()
+}
+
+/// [`prepare_owned_lean`] of a case without inputs, made as its fast problem `fp`.
+fn prepare_made(
+    mut c: SuiteCase,
+    fp: crate::fast::FastProblem,
+    refill: &(dyn Fn(&mut SuiteCase) + Sync),
+) -> Result<Prepared, bnconf_spec::SpecError> {
+    // `judged_fast` of the case its inputs make (a lean case is never replicated).
+    if crate::fast::covers(c.op) && fp.x.len() >= FAST_JUDGE_MIN_LEN && c.shard_sizes.is_empty() {
+        if let Some(parts) = fast_parts_of(&c, fp) {
+            return Ok(from_fast_parts(c, parts));
+        }
+    } else {
+        drop(fp);
+    }
+    refill(&mut c);
+    prepare_case(c, false, None)
 }
 
 /// The preparation of one case (through the fast cells where `allow_fast` and it is large;
@@ -850,7 +881,8 @@ mod tests {
     /// the same goldens, budgets, cell bounds and verdicts (outputs near, at and over the
     /// gate), in f32 and f64, on the default suite's large cases and on tiled ones; a small
     /// case keeps its inputs; a large case the fast preparation refuses is refilled and gets
-    /// the full preparation's error.
+    /// the full preparation's error. So is one of cases given as their fast problems without
+    /// inputs (as `suite::generate::remake_fast` makes them), a small one refilled.
     #[test]
     fn a_lean_preparation_is_the_full_one_without_its_inputs() {
         use crate::judge::check::Written;
@@ -876,10 +908,25 @@ mod tests {
             c.inputs = kept[&c.id].clone();
         };
         let full = prepare_owned(cases.clone()).unwrap();
-        let lean = prepare_owned_lean(cases, &refill).unwrap();
+        // Cases made as their fast problems, without inputs (`suite::generate::remake_fast`):
+        // a small one refilled.
+        let made: Vec<(SuiteCase, Option<crate::fast::FastProblem>)> = cases
+            .iter()
+            .map(|c| {
+                let mut shell = c.clone();
+                shell.inputs.clear();
+                (shell, Some(c.fast_problem().unwrap()))
+            })
+            .collect();
+        let small = cases.iter().filter(|c| !judged_fast(c)).count();
+        assert!(small > 0);
+        let made = prepare_owned_lean(made, &refill).unwrap();
+        assert_eq!(refills.swap(0, Ordering::Relaxed), small);
+        let unmade = cases.into_iter().map(|c| (c, None)).collect();
+        let lean = prepare_owned_lean(unmade, &refill).unwrap();
         assert_eq!(refills.load(Ordering::Relaxed), 0);
         let mut dropped = 0;
-        for (f, l) in full.iter().zip(&lean) {
+        for (f, l) in full.iter().zip(&lean).chain(full.iter().zip(&made)) {
             let id = &f.case.id;
             if f.fast.is_some() {
                 assert!(l.case.inputs.is_empty(), "{id}: inputs kept");
@@ -916,7 +963,7 @@ mod tests {
             let (a, b) = (f.judge_written(&w), l.judge_written(&w));
             assert_eq!(format!("{a:?}"), format!("{b:?}"), "{id}");
         }
-        assert_eq!(dropped, fast, "every large case prepared fast");
+        assert_eq!(dropped, 2 * fast, "every large case prepared fast");
         // A large eval case whose var + eps is not positive: the fast preparation refuses it,
         // the case is refilled, and the exact path reports as for the full preparation.
         let mut bad = tiled_cases(s)
@@ -927,13 +974,18 @@ mod tests {
         let want = prepare_owned(vec![bad.clone()]).unwrap_err();
         let inputs = bad.inputs.clone();
         let refilled = AtomicUsize::new(0);
-        let got = prepare_owned_lean(vec![bad], &|c: &mut SuiteCase| {
-            refilled.fetch_add(1, Ordering::Relaxed);
-            c.inputs = inputs.clone();
-        })
-        .unwrap_err();
-        assert_eq!(got.to_string(), want.to_string());
-        assert_eq!(refilled.load(Ordering::Relaxed), 1);
+        let fp = bad.fast_problem().unwrap();
+        let mut shell = bad.clone();
+        shell.inputs.clear();
+        for case in [(bad, None), (shell, Some(fp))] {
+            let got = prepare_owned_lean(vec![case], &|c: &mut SuiteCase| {
+                refilled.fetch_add(1, Ordering::Relaxed);
+                c.inputs = inputs.clone();
+            })
+            .unwrap_err();
+            assert_eq!(got.to_string(), want.to_string());
+        }
+        assert_eq!(refilled.load(Ordering::Relaxed), 2);
     }
 
     /// A large case's cell output judged in one pass (budgets computed per cell where the

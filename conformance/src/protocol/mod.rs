@@ -3,7 +3,7 @@
 
 use crate::error::{ConfError, Result};
 use crate::formats::atomic::write_bytes;
-use crate::formats::npy::{read_npy_any, write_npy, NpyData};
+use crate::formats::npy::{read_npy_any, read_npy_any_as, write_npy, Descr, NpyData, NpyRead};
 use crate::judge::check::Written;
 use crate::judge::prepare::Prepared;
 use crate::judge::verdict::{CaseResult, Verdict};
@@ -190,22 +190,55 @@ pub(crate) fn verify_case_inputs(
     s: &Suite,
 ) -> Result<()> {
     for (name, want) in inputs {
-        let path = cd.join(format!("{name}.npy"));
-        let (_, data) = read_npy_any(&path, want.len().max(1))?;
-        // (Element by element, as `decode` reads them: no copy of a large input.)
-        let bits = |g: f64, w: &f64| g.to_bits() == w.to_bits();
-        let same = data.len() == want.len()
-            && match &data {
-                NpyData::F32(v) => v.iter().zip(want).all(|(&g, w)| bits(g as f64, w)),
-                NpyData::F64(v) => v.iter().zip(want).all(|(&g, w)| bits(g, w)),
-                _ => (0..want.len()).all(|i| bits(data.bf16_value(i), &want[i])),
-            };
-        if !same {
-            return Err(ConfError::field(
-                format!("{rel}/{name}.npy"),
-                format!("differs from suite {:?} as generated with seed {}: the inputs or the manifest were edited", s.name, s.seed),
-            ));
+        verify_input(cd, rel, name, want, s)?;
+    }
+    Ok(())
+}
+
+/// [`verify_case`] of a case made again as its fast problem `fp`
+/// ([`crate::suite::generate::remake_fast`]: the inputs in `fp`, in their own width), the
+/// files in the same order (by name).
+fn verify_made(dir: &Path, s: &Suite, c: &SuiteCase, fp: &crate::fast::FastProblem) -> Result<()> {
+    let cd = dir.join(&c.id);
+    let cells = [("x", Some(&fp.x)), ("dy", fp.dy.as_ref())];
+    let mut names: Vec<&str> = fp.chan.keys().map(String::as_str).collect();
+    names.extend(cells.iter().filter(|(_, d)| d.is_some()).map(|&(n, _)| n));
+    names.sort_unstable();
+    for name in names {
+        match cells.iter().find(|&&(n, _)| n == name) {
+            Some((_, Some(NpyData::F32(v)))) => verify_input(&cd, &c.id, name, v, s)?,
+            Some((_, Some(NpyData::F64(v)))) => verify_input(&cd, &c.id, name, v, s)?,
+            Some(_) => unreachable!("a made case's cells are f32 or f64"),
+            None => verify_input(&cd, &c.id, name, &fp.chan[name], s)?,
         }
+    }
+    Ok(())
+}
+
+/// The input file `cd/<name>.npy` holds exactly `want` (values of the suite's dtypes, here in
+/// their own width).
+fn verify_input<T: Copy + Into<f64>>(
+    cd: &Path,
+    rel: &str,
+    name: &str,
+    want: &[T],
+    s: &Suite,
+) -> Result<()> {
+    let path = cd.join(format!("{name}.npy"));
+    let (_, data) = read_npy_any(&path, want.len().max(1))?;
+    // (Element by element, as `decode` reads them: no copy of a large input.)
+    let bits = |g: f64, w: T| g.to_bits() == w.into().to_bits();
+    let same = data.len() == want.len()
+        && match &data {
+            NpyData::F32(v) => v.iter().zip(want).all(|(&g, &w)| bits(g as f64, w)),
+            NpyData::F64(v) => v.iter().zip(want).all(|(&g, &w)| bits(g, w)),
+            _ => (0..want.len()).all(|i| bits(data.bf16_value(i), want[i])),
+        };
+    if !same {
+        return Err(ConfError::field(
+            format!("{rel}/{name}.npy"),
+            format!("differs from suite {:?} as generated with seed {}: the inputs or the manifest were edited", s.name, s.seed),
+        ));
     }
     Ok(())
 }
@@ -264,11 +297,22 @@ fn judge_dir_in_chunks(
         let (name, seed) = (s.name.as_str(), s.seed);
         // A lean case made again, and a listed one that proves ill-posed refused as
         // `regenerate` refuses a list that differs from the suite's.
-        let ill: Vec<bool> = chunk
+        // A lean suite's case is made as the fast path holds it, in its own width
+        // (`remake_fast`), never as f64.
+        let made: Vec<(bool, Option<crate::fast::FastProblem>)> = chunk
             .par_iter_mut()
-            .map(|c| crate::suite::generate::fill_inputs_tested(name, seed, c).is_some())
+            .map(
+                |c| match crate::suite::generate::remake_fast(name, seed, c) {
+                    Some((fp, ill)) => (ill.is_some(), Some(fp)),
+                    None => (
+                        crate::suite::generate::fill_inputs_tested(name, seed, c).is_some(),
+                        None,
+                    ),
+                },
+            )
             .collect();
-        for (c, ill) in chunk.iter().zip(ill) {
+        let mut fps = Vec::with_capacity(made.len());
+        for (c, (ill, fp)) in chunk.iter().zip(made) {
             if ill {
                 let prec = Precision {
                     act: c.dtype,
@@ -276,13 +320,17 @@ fn judge_dir_in_chunks(
                 };
                 return Err(cases_differ(name, seed, prec));
             }
-            verify_case(dir, s, c)?;
+            match &fp {
+                Some(fp) => verify_made(dir, s, c, fp)?,
+                None => verify_case(dir, s, c)?,
+            }
+            fps.push(fp);
         }
         // A lean suite's large case holds its inputs once, in the fast problem's width, while
         // it is judged; a case that does not pass has them made again for the reports.
         let refill = |c: &mut SuiteCase| crate::suite::generate::fill_inputs(name, seed, c);
         let prepared = if crate::suite::generate::remakes(name) {
-            crate::judge::check::prepare_owned_lean(chunk, &refill)?
+            crate::judge::check::prepare_owned_lean(chunk.into_iter().zip(fps).collect(), &refill)?
         } else {
             crate::judge::check::prepare_owned(chunk)?
         };
@@ -358,12 +406,22 @@ pub(crate) fn read_output(
     if path.symlink_metadata().is_err() {
         return Err("missing".into());
     }
-    let (shape, data) =
-        read_npy_any(path, want.iter().product::<usize>().max(1)).map_err(|e| error_msg(&e))?;
+    // Read straight into f64 where the file has the case's dtype (no copy in its width).
+    let stored = match dtype {
+        FloatFormat::F64 => Descr::F8,
+        FloatFormat::F32 => Descr::F4,
+        FloatFormat::F16 => Descr::F2,
+        FloatFormat::BF16 => Descr::U2,
+    };
+    let (shape, read) = read_npy_any_as(path, want.iter().product::<usize>().max(1), stored)
+        .map_err(|e| error_msg(&e))?;
     if shape != want {
         return Err(format!("shape {shape:?}, expected {want:?}"));
     }
-    values_of(dtype, &data)
+    match read {
+        NpyRead::Values(v) => Ok(v),
+        NpyRead::Data(data) => values_of(dtype, &data),
+    }
 }
 
 /// Why a case (or rank) directory's `out/` holds no outputs to judge, if it says so:

@@ -13,6 +13,18 @@ use bnconf_spec::{Geometry, Layout, Op, Problem};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
+/// A cell input's values in the fast problem's width: all binary32 (f32, f16, bf16 cases) as
+/// f32 (half the bytes, and the exact sums take the f32 buckets: the same sums), else as they
+/// are. (Tested first, then converted at the exact length: a collect into an `Option` would
+/// grow by doubling, up to twice the bytes.)
+pub fn in_width(v: Vec<f64>) -> NpyData {
+    if v.iter().all(|&e| (e as f32) as f64 == e) {
+        NpyData::F32(v.iter().map(|&e| e as f32).collect())
+    } else {
+        NpyData::F64(v)
+    }
+}
+
 /// A generated case: inputs are f64 values exactly representable in their dtype (`dtype` for
 /// activations, `param_dtype` for the rest).
 #[derive(Clone, Debug, PartialEq)]
@@ -138,18 +150,7 @@ impl SuiteCase {
         for (name, v) in &c.inputs {
             match Op::extent(name) {
                 Extent::Cells => {
-                    // Values all binary32 (f32, f16, bf16 cases) as f32: half the bytes, and
-                    // the exact sums take the f32 buckets (the same sums).
-                    // (Tested first, then converted at the exact length: a collect into an
-                    // `Option` would grow by doubling, up to twice the bytes.)
-                    let f32s: Option<Vec<f32>> = v
-                        .iter()
-                        .all(|&e| (e as f32) as f64 == e)
-                        .then(|| v.iter().map(|&e| e as f32).collect());
-                    cells.insert(
-                        name.clone(),
-                        f32s.map_or_else(|| NpyData::F64(v.clone()), NpyData::F32),
-                    );
+                    cells.insert(name.clone(), in_width(v.clone()));
                 }
                 _ => {
                     chan.insert(name.clone(), v.clone());

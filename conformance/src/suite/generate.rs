@@ -153,6 +153,24 @@ pub fn remakes(name: &str) -> bool {
     name == "scale"
 }
 
+/// `case`'s inputs made again (a case of suite `name` generated with `seed`, left out by
+/// [`generate_listed_lean`]) as the fast path's problem, cells in their own width and never
+/// held as f64 ([`scale::make_fast`]); and whether the case is ill-posed (`Some(why)`, as
+/// [`fill_inputs_tested`] reports). `None` for a case with inputs, or one not made this way
+/// (then [`fill_inputs_tested`]).
+pub fn remake_fast(
+    name: &str,
+    seed: u64,
+    case: &SuiteCase,
+) -> Option<(crate::fast::FastProblem, Option<String>)> {
+    if !case.inputs.is_empty() || !remakes(name) || !case.shard_sizes.is_empty() {
+        return None;
+    }
+    let fp = scale::remake_fast(&Rng::new(seed), case)?;
+    let ill = scale::ill_posed_fast(case, &fp);
+    Some((fp, ill))
+}
+
 /// Make the inputs of `case` again where [`generate_listed_lean`] left them out (a case of
 /// suite `name` generated with `seed`); a case with inputs is left as it is.
 pub fn fill_inputs(name: &str, seed: u64, case: &mut SuiteCase) {

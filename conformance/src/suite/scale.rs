@@ -128,6 +128,12 @@ pub fn generate_each<T: Send>(
 /// precision, op and layout) under the suite seed's root: the same case, inputs included.
 /// `None` for a case not of this suite.
 pub fn remake(root: &Rng, case: &SuiteCase) -> Option<SuiteCase> {
+    let (sc, prec) = made_as(case)?;
+    Some(make(root, sc, prec, case.op, case.layout))
+}
+
+/// The shape and precision `case` was made with, if it is a case of this suite.
+fn made_as(case: &SuiteCase) -> Option<(&'static ScaleShape, Precision)> {
     let sc = SHAPES
         .iter()
         .find(|sc| case.class.strip_prefix("scale-") == Some(sc.name))?;
@@ -135,8 +141,14 @@ pub fn remake(root: &Rng, case: &SuiteCase) -> Option<SuiteCase> {
         act: case.dtype,
         param: case.param_dtype,
     };
-    let again = make(root, sc, prec, case.op, case.layout);
-    (again.id == case.id).then_some(again)
+    (shell(sc, prec, case.op, case.layout).id == case.id).then_some((sc, prec))
+}
+
+/// [`remake`] as [`make_fast`] makes it: the case's fast problem (`None` for a case not of
+/// this suite, or one the fast path does not take).
+pub fn remake_fast(root: &Rng, case: &SuiteCase) -> Option<crate::fast::FastProblem> {
+    let (sc, prec) = made_as(case)?;
+    make_fast(root, sc, prec, case.op, case.layout).ok()
 }
 
 /// The case of a shape, op, layout and precision (random stream forked from the suite seed
@@ -186,6 +198,56 @@ fn inputs(
     op: Op,
     layout: Layout,
 ) -> BTreeMap<String, Vec<f64>> {
+    let (cells, mut inputs) = drawn(root, sc, prec, op, layout, |v| v);
+    inputs.extend(cells);
+    inputs
+}
+
+/// [`make`]'s case as the fast path's problem, its cells made in their own width: binary32
+/// values (f32, f16, bf16 cases) as f32, never held as f64 (half the bytes, and no copy), as
+/// [`SuiteCase::fast_problem`] of the made case holds them (the same problem: tested). The
+/// streaming judge's way to make a large case again (`suite::generate::remake_fast`).
+pub fn make_fast(
+    root: &Rng,
+    sc: &ScaleShape,
+    prec: Precision,
+    op: Op,
+    layout: Layout,
+) -> crate::error::Result<crate::fast::FastProblem> {
+    let case = shell(sc, prec, op, layout);
+    let geom = Geometry::new(layout, &case.shape, usize::MAX)?;
+    let eps = bnconf_spec::exact::parse::parse_rational(&case.eps)
+        .map_err(|e| crate::error::ConfError::field("eps", e.to_string()))?;
+    let (cells, chan) = if prec.act == FloatFormat::F64 {
+        let (cells, chan) = drawn(root, sc, prec, op, layout, |v| v);
+        let cells = cells
+            .into_iter()
+            .map(|(k, v)| (k, super::case::in_width(v)))
+            .collect();
+        (cells, chan)
+    } else {
+        // `to_dtype` rounded every value to a binary32 format: `as f32` is exact.
+        let (cells, chan) = drawn(root, sc, prec, op, layout, |v| v as f32);
+        let cells = cells
+            .into_iter()
+            .map(|(k, v)| (k, crate::formats::npy::NpyData::F32(v)))
+            .collect();
+        (cells, chan)
+    };
+    crate::fast::FastProblem::new(op, geom, eps, cells, chan)
+}
+
+/// The inputs of [`make`]'s case: the cells' inputs (`x`, and `dy` backward) as `cell` makes
+/// them of their values, and the per-channel ones.
+#[allow(clippy::type_complexity)]
+fn drawn<T: Copy + Default>(
+    root: &Rng,
+    sc: &ScaleShape,
+    prec: Precision,
+    op: Op,
+    layout: Layout,
+    cell: impl Fn(f64) -> T,
+) -> (BTreeMap<String, Vec<T>>, BTreeMap<String, Vec<f64>>) {
     let (dtype, pdt) = (prec.act, prec.param);
     let stream = format!(
         "{}.{}.{}.scale-{}",
@@ -214,9 +276,9 @@ fn inputs(
         })
         .collect();
     let m = geom.m;
-    let mut x = vec![0.0; geom.len()];
+    let mut x = vec![T::default(); geom.len()];
     let mut dy = if op == Op::Backward {
-        vec![0.0; geom.len()]
+        vec![T::default(); geom.len()]
     } else {
         Vec::new()
     };
@@ -240,33 +302,34 @@ fn inputs(
                     Data::Drift => 2.0 * sd * ((10 * k / m) as f64) / 10.0,
                     _ => 0.0,
                 };
-                x[i] = to_dtype(mu + shift + sd * z[0], dtype);
+                x[i] = cell(to_dtype(mu + shift + sd * z[0], dtype));
                 if per == 2 {
-                    dy[i] = to_dtype(z[1], dtype);
+                    dy[i] = cell(to_dtype(z[1], dtype));
                 }
             }
             left -= b;
         }
     }
-    let mut inputs = BTreeMap::new();
-    inputs.insert("x".to_string(), x);
+    let mut cells = BTreeMap::new();
+    cells.insert("x".to_string(), x);
     if op == Op::Backward {
-        inputs.insert("dy".to_string(), dy);
+        cells.insert("dy".to_string(), dy);
     }
+    let mut chan = BTreeMap::new();
     let gamma: Vec<f64> = (0..c)
         .map(|_| {
             let g = rng.range(0.5, 2.0);
             to_dtype(if rng.below(4) == 0 { -g } else { g }, pdt)
         })
         .collect();
-    inputs.insert("gamma".to_string(), gamma);
+    chan.insert("gamma".to_string(), gamma);
     if op == Op::Forward {
         let beta = (0..c)
             .map(|_| to_dtype(rng.range(-1.0, 1.0), pdt))
             .collect();
-        inputs.insert("beta".to_string(), beta);
+        chan.insert("beta".to_string(), beta);
     }
-    inputs
+    (cells, chan)
 }
 
 /// Whether a scale case is ill-posed in its dtype (the rule of [`super::ill_posed`]:
@@ -275,21 +338,34 @@ fn inputs(
 /// (its relative error here is below 1e-9); a channel inside the margin is reported as
 /// ill-posed too. Also refuses non-finite cells (overflow of the dtype).
 pub fn ill_posed(case: &SuiteCase) -> Option<String> {
+    ill_posed_cells(case, &case.inputs["x"])
+}
+
+/// [`ill_posed`] of the case `shell` with cells `x` (as [`make_fast`] holds them).
+pub fn ill_posed_fast(shell: &SuiteCase, fp: &crate::fast::FastProblem) -> Option<String> {
+    use crate::formats::npy::NpyData;
+    match &fp.x {
+        NpyData::F32(x) => ill_posed_cells(shell, x),
+        NpyData::F64(x) => ill_posed_cells(shell, x),
+        _ => unreachable!("make_fast holds f32 or f64 cells"),
+    }
+}
+
+fn ill_posed_cells<T: Copy + Into<f64>>(case: &SuiteCase, x: &[T]) -> Option<String> {
     let g = Geometry::new(case.layout, &case.shape, usize::MAX).expect("valid");
-    let x = &case.inputs["x"];
-    if let Some(i) = x.iter().position(|v| !v.is_finite()) {
+    if let Some(i) = x.iter().position(|&v| !v.into().is_finite()) {
         return Some(format!("x[{i}] overflows {}", case.dtype.name()));
     }
     let u = case.dtype.unit_roundoff();
     let eps: f64 = case.eps.parse().expect("decimal eps");
     for c in 0..g.c {
         let m = g.m as f64;
-        let mean = g.channel_offsets(c).map(|i| x[i]).sum::<f64>() / m;
+        let mean = g.channel_offsets(c).map(|i| x[i].into()).sum::<f64>() / m;
         // var and cond summed, and one cell's relative move of u (the exact rule of
         // `super::ill_posed`, quadratic term included) at its largest, in one pass.
         let (mut var, mut cond, mut one) = (0.0, 0.0, 0f64);
         for i in g.channel_offsets(c) {
-            let v = x[i];
+            let v: f64 = x[i].into();
             var += (v - mean) * (v - mean);
             cond += (v - mean).abs() * v.abs();
             one =
