@@ -379,3 +379,101 @@ fn bad_inputs_are_exit_2_naming_the_field() {
         assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", text(&o));
     }
 }
+
+/// A large case (judged through the fast cells) is read as the fast path holds it
+/// (`read_user_case_as(.., true)`: cells in their own width, never as f64 where binary32):
+/// the same case, the same fast problem as the f64 reading's, the same errors (a non-finite
+/// value, a value that overflows f16, named by index); it is judged as before (a
+/// correct kernel conforms, a perturbed element fails), and a failing case comes back with its
+/// inputs for the reports. Backward [2, 3, 64, 64] (24,576 cells) in f32, f64, f16 and bf16,
+/// from npy files of every storage type (f32, f64, f16, bf16 bit patterns).
+#[test]
+fn a_large_case_is_read_in_its_own_width() {
+    let d = scratch("user-case", "large");
+    let shape = [2usize, 3, 64, 64];
+    let n: usize = shape.iter().product();
+    assert!(n >= check::FAST_JUDGE_MIN_LEN);
+    let vals = |k: usize| -> Vec<f64> {
+        (0..n)
+            .map(|i| ((i * 7919 + k * 104729) % 2003) as f64 / 1001.0 - 1.0 + (i % 3) as f64 * 2.5)
+            .collect()
+    };
+    let lim = InputLimits::default();
+    let store = |name: &str, v: &[f64], how: &str| {
+        let data = match how {
+            "f32" => NpyData::F32(v.iter().map(|&x| x as f32).collect()),
+            "f64" => NpyData::F64(v.to_vec()),
+            "f16" => NpyData::F16(v.iter().map(|&x| half::f16::from_f64(x)).collect()),
+            _ => NpyData::U16(
+                v.iter()
+                    .map(|&x| half::bf16::from_f64(x).to_bits())
+                    .collect(),
+            ),
+        };
+        write_npy(&d.join(name), &shape, &data).unwrap();
+    };
+    for (dtype, xs, dys) in [
+        ("f32", "f32", "f64"),
+        ("f64", "f64", "f32"),
+        ("f16", "f64", "f16"),
+        ("bf16", "f32", "bf16"),
+    ] {
+        let (x, dy) = (vals(1), vals(2));
+        store(&format!("x-{dtype}.npy"), &x, xs);
+        store(&format!("dy-{dtype}.npy"), &dy, dys);
+        let case = d.join(format!("case-{dtype}.json"));
+        let body = |xname: &str| {
+            json!({"format": "bnconf-case/1", "id": format!("large-{dtype}"), "op": "backward",
+                   "layout": "nchw", "shape": shape, "dtype": dtype, "eps": "1e-5",
+                   "inputs": {"x": {"npy": xname}, "dy": {"npy": format!("dy-{dtype}.npy")},
+                              "gamma": [1, -0.5, 2]}})
+        };
+        write(&case, &body(&format!("x-{dtype}.npy")));
+        let full = user_case::read_user_case(&case, &lim).unwrap();
+        let (shell, fp) = user_case::read_user_case_as(&case, &lim, true).unwrap();
+        let fp = fp.expect("a large case read in its width");
+        let want = full.fast_problem().unwrap();
+        assert_eq!(fp.x, want.x, "{dtype}");
+        assert_eq!(fp.dy, want.dy, "{dtype}");
+        assert_eq!(fp.chan, want.chan, "{dtype}");
+        let binary32 = dtype != "f64";
+        assert_eq!(matches!(fp.x, NpyData::F32(_)), binary32, "{dtype}");
+        let mut again = shell.clone();
+        again.inputs = full.inputs.clone();
+        assert_eq!(again, full, "{dtype}");
+        assert!(shell.inputs.is_empty(), "{dtype}");
+        // Correct outputs conform; a perturbed element fails, the case given back whole.
+        let (_, mut outs) = golden(&case);
+        let od = d.join(format!("out-{dtype}"));
+        write_outputs(&od, &full, &outs);
+        let (_, _, r) = user_case::judge_user_case(&case, &od, &lim).unwrap();
+        assert_eq!(r.verdict, check::Verdict::Pass, "{dtype}");
+        let dx = outs.get_mut("dx").unwrap();
+        dx[4321] = dx[4321] * 1.5 + 1.0;
+        write_outputs(&od, &full, &outs);
+        let (sc, _, r) = user_case::judge_user_case(&case, &od, &lim).unwrap();
+        assert_eq!(r.verdict, check::Verdict::Fail, "{dtype}");
+        assert_eq!(sc, full, "{dtype}");
+        // The same errors, by index: a non-finite value, and (half dtypes) an overflow.
+        let mut bad = x.clone();
+        bad[777] = f64::NAN;
+        if dtype == "f16" {
+            bad[555] = 1e30;
+        }
+        store(
+            &format!("xbad-{dtype}.npy"),
+            &bad,
+            if xs == "f32" { "f32" } else { "f64" },
+        );
+        write(&case, &body(&format!("xbad-{dtype}.npy")));
+        let e1 = user_case::read_user_case(&case, &lim)
+            .unwrap_err()
+            .to_string();
+        let e2 = user_case::read_user_case_as(&case, &lim, true)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e1, e2, "{dtype}");
+        let at = if dtype == "f16" { "555" } else { "777" };
+        assert!(e1.contains(&format!("inputs.x[{at}]")), "{dtype}: {e1}");
+    }
+}

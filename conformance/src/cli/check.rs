@@ -235,13 +235,17 @@ fn check_inner(
 pub(crate) fn cmd_check_case(
     case: PathBuf,
     outputs: PathBuf,
+    max_elems: usize,
     out: ReportArgs,
 ) -> Result<ExitCode, ConfError> {
     let expectations = match &out.expectations {
         Some(p) => Some(bnconf::judge::gate::read(p)?),
         None => None,
     };
-    let lim = bnconf::formats::case::InputLimits::default();
+    let lim = bnconf::formats::case::InputLimits {
+        max_elems,
+        ..Default::default()
+    };
     if protocol::family::is_family_case_file(&case, &lim)? {
         return crate::check_family::judge_case(&case, &outputs, &lim, expectations.as_ref(), &out);
     }

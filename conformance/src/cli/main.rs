@@ -126,6 +126,11 @@ enum Cmd {
         /// dtype, the output's shape; a family case's `mean`/`rstd` may be left out).
         #[arg(long, value_name = "DIR", requires = "case")]
         outputs: Option<PathBuf>,
+        /// With --case: most elements of one tensor (the shape's product included) read from
+        /// npy files, checked before anything is allocated. A large case is judged in about 20
+        /// bytes per element of its tensors (f32), several GB at the default of 2^27.
+        #[arg(long, value_name = "N", requires = "case", default_value_t = 1 << 27)]
+        max_elems: usize,
         /// Export the suite to a temporary directory, run `CMD ARGS DIR`, then judge. CMD is
         /// split into words as a POSIX shell does (quotes, backslashes; no expansion).
         #[arg(long, value_name = "CMD")]
@@ -401,13 +406,15 @@ fn run(cli: Cli) -> Result<ExitCode, ConfError> {
         Cmd::Check {
             case: Some(case),
             outputs: Some(outputs),
+            max_elems,
             out,
             ..
-        } => check::cmd_check_case(case, outputs, out),
+        } => check::cmd_check_case(case, outputs, max_elems, out),
         Cmd::Check {
             dir,
             case: _,
             outputs: _,
+            max_elems: _,
             exec,
             exec_shell,
             timeout,

@@ -826,19 +826,7 @@ pub(crate) fn read_input(
                 Dtype::Float(f) => Some(f),
                 Dtype::Exact => None,
             };
-            let (shape, data) = read_npy_case_input(&path, lim.max_elems, format)
-                .map_err(|e| ConfError::field(format!("{field}.npy"), e.to_string()))?;
-            if shape.iter().product::<usize>() != want_len
-                || (shape != want_shape && shape != [want_len])
-            {
-                return Err(ConfError::field(
-                    format!("{field}.npy"),
-                    format!(
-                        "{}: shape {shape:?}, expected {want_shape:?}",
-                        path.display()
-                    ),
-                ));
-            }
+            let data = read_npy_input(field, &path, want_shape, want_len, format, lim)?;
             npy_to_exact(field, &data, dtype)
         }
         _ => Err(ConfError::field(
@@ -846,6 +834,31 @@ pub(crate) fn read_input(
             "must be an array of values or {\"npy\": \"path.npy\"}",
         )),
     }
+}
+
+/// The data of input `field` given as `{"npy": path}` (a tensor of storage format `format`,
+/// `None`: exact; [`read_npy_case_input`] within `lim.max_elems`), of shape `want_shape` or
+/// flat with its `want_len` elements; errors name `<field>.npy`.
+pub(crate) fn read_npy_input(
+    field: &str,
+    path: &Path,
+    want_shape: &[usize],
+    want_len: usize,
+    format: Option<FloatFormat>,
+    lim: &InputLimits,
+) -> Result<NpyData> {
+    let (shape, data) = read_npy_case_input(path, lim.max_elems, format)
+        .map_err(|e| ConfError::field(format!("{field}.npy"), e.to_string()))?;
+    if shape.iter().product::<usize>() != want_len || (shape != want_shape && shape != [want_len]) {
+        return Err(ConfError::field(
+            format!("{field}.npy"),
+            format!(
+                "{}: shape {shape:?}, expected {want_shape:?}",
+                path.display()
+            ),
+        ));
+    }
+    Ok(data)
 }
 
 /// Exact values of npy data, rounded to the dtype; non-finite values are refused.

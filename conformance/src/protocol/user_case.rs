@@ -13,8 +13,10 @@
 //! so an op with a reference and a budget is judged here without new code.
 
 use crate::error::{ConfError, Result};
-use crate::formats::case::{parse_header, read_case_json, read_input, Dtype, InputLimits};
-use crate::formats::npy::read_npy_case_input;
+use crate::formats::case::{
+    parse_header, read_case_json, read_input, read_npy_input, Dtype, InputLimits,
+};
+use crate::formats::npy::NpyData;
 use crate::judge::check::{self, CaseResult, Prepared, Written};
 use crate::protocol::stablehlo::dyadic_decimal;
 use crate::protocol::{read_output, refusal, shape_of};
@@ -66,11 +68,7 @@ fn input_values(
     dtype: FloatFormat,
     lim: &InputLimits,
 ) -> Result<Vec<f64>> {
-    let npy = match val {
-        Value::Object(o) if o.contains_key("npy") => o["npy"].as_str(),
-        _ => None,
-    };
-    let Some(rel) = npy else {
+    let Some(data) = npy_data(field, val, base, want_shape, want_len, dtype, lim)? else {
         // JSON arrays (and every malformed form, which the case reader reports).
         let q = read_input(
             field,
@@ -92,43 +90,114 @@ fn input_values(
             })
             .collect());
     };
-    let path = base.join(rel);
-    let (shape, data) = read_npy_case_input(&path, lim.max_elems, Some(dtype))
-        .map_err(|e| ConfError::field(format!("{field}.npy"), e.to_string()))?;
-    if shape.iter().product::<usize>() != want_len || (shape != want_shape && shape != [want_len]) {
-        return Err(ConfError::field(
-            format!("{field}.npy"),
-            format!(
-                "{}: shape {shape:?}, expected {want_shape:?}",
-                path.display()
-            ),
-        ));
-    }
     let mut out = Vec::with_capacity(data.len());
     for i in 0..data.len() {
-        let x = data.get(i);
-        if !x.is_finite() {
-            return Err(ConfError::field(
-                format!("{field}[{i}]"),
-                format!("non-finite value {x}"),
-            ));
-        }
-        let r = suite::to_dtype(x, dtype);
-        if !r.is_finite() {
-            return Err(ConfError::field(
-                format!("{field}[{i}]"),
-                format!("overflows {} (rounds to infinity)", dtype.name()),
-            ));
-        }
-        out.push(r);
+        out.push(rounded(field, i, data.get(i), dtype)?);
     }
     Ok(out)
+}
+
+/// The data of an input given as `{"npy": path}` (relative to `base`), read and of the
+/// tensor's shape; `None` for an input given otherwise.
+fn npy_data(
+    field: &str,
+    val: &Value,
+    base: &Path,
+    want_shape: &[usize],
+    want_len: usize,
+    dtype: FloatFormat,
+    lim: &InputLimits,
+) -> Result<Option<NpyData>> {
+    let Some(rel) = val.get("npy").and_then(Value::as_str) else {
+        return Ok(None);
+    };
+    let path = base.join(rel);
+    read_npy_input(field, &path, want_shape, want_len, Some(dtype), lim).map(Some)
+}
+
+/// Element `i` of input `field`, `x`, rounded correctly to `dtype`: refused if not finite or
+/// if it overflows the dtype.
+fn rounded(field: &str, i: usize, x: f64, dtype: FloatFormat) -> Result<f64> {
+    if !x.is_finite() {
+        return Err(ConfError::field(
+            format!("{field}[{i}]"),
+            format!("non-finite value {x}"),
+        ));
+    }
+    let r = suite::to_dtype(x, dtype);
+    if !r.is_finite() {
+        return Err(ConfError::field(
+            format!("{field}[{i}]"),
+            format!("overflows {} (rounds to infinity)", dtype.name()),
+        ));
+    }
+    Ok(r)
+}
+
+/// [`input_values`] of a cell input (`x`, `dy`) in the width the fast path holds it
+/// ([`crate::suite::case::in_width`]: binary32 values as f32): the same values, never held as
+/// f64 where the file's are f32 of an f32 case (read, checked, and kept as they are).
+fn cell_values(
+    field: &str,
+    val: &Value,
+    base: &Path,
+    want_shape: &[usize],
+    want_len: usize,
+    dtype: FloatFormat,
+    lim: &InputLimits,
+) -> Result<NpyData> {
+    let Some(data) = npy_data(field, val, base, want_shape, want_len, dtype, lim)? else {
+        let v = input_values(field, val, base, want_shape, want_len, dtype, lim)?;
+        return Ok(crate::suite::case::in_width(v));
+    };
+    match (data, dtype) {
+        // f32 values of an f32 or f64 case: each is its own rounding (to_dtype is the
+        // identity), and all binary32.
+        (NpyData::F32(v), FloatFormat::F32 | FloatFormat::F64) => {
+            if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+                rounded(field, i, v[i] as f64, dtype)?;
+            }
+            Ok(NpyData::F32(v))
+        }
+        (NpyData::F32(mut v), _) => {
+            // Half dtypes: rounded in place (binary32 values).
+            for (i, x) in v.iter_mut().enumerate() {
+                *x = rounded(field, i, *x as f64, dtype)? as f32;
+            }
+            Ok(NpyData::F32(v))
+        }
+        (NpyData::F64(mut v), _) => {
+            for (i, x) in v.iter_mut().enumerate() {
+                *x = rounded(field, i, *x, dtype)?;
+            }
+            Ok(crate::suite::case::in_width(v))
+        }
+        (data, _) => {
+            let mut v = Vec::with_capacity(data.len());
+            for i in 0..data.len() {
+                v.push(rounded(field, i, data.get(i), dtype)?);
+            }
+            Ok(crate::suite::case::in_width(v))
+        }
+    }
 }
 
 /// Read a user's case file as a suite case: validated as `bnconf golden` validates it (errors
 /// name the field), inputs rounded to their dtypes, the op defined at them and the case not
 /// ill-posed in its dtype (docs/DESIGN.md §3: no output could be judged).
 pub fn read_user_case(path: &Path, lim: &InputLimits) -> Result<SuiteCase> {
+    Ok(read_user_case_as(path, lim, false)?.0)
+}
+
+/// [`read_user_case`]; where `lean` and the case is large (judged through the fast cells),
+/// the case without inputs and its inputs as the fast path's problem, cells in their own
+/// width ([`cell_values`]: never held as f64 where they are binary32), tested for
+/// ill-posedness there: the same checks, errors and values.
+pub fn read_user_case_as(
+    path: &Path,
+    lim: &InputLimits,
+    lean: bool,
+) -> Result<(SuiteCase, Option<crate::fast::FastProblem>)> {
     let v = read_case_json(path, lim)?;
     let h = parse_header(&v, lim)?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
@@ -166,7 +235,9 @@ pub fn read_user_case(path: &Path, lim: &InputLimits) -> Result<SuiteCase> {
             ),
         ));
     }
+    let lean = lean && crate::fast::covers(h.op) && g.len() >= check::FAST_JUDGE_MIN_LEN;
     let mut inputs = BTreeMap::new();
+    let mut cells = BTreeMap::new();
     for &name in h.op.inputs() {
         let field = format!("inputs.{name}");
         let val = inputs_o.get(name).ok_or_else(|| {
@@ -182,6 +253,11 @@ pub fn read_user_case(path: &Path, lim: &InputLimits) -> Result<SuiteCase> {
         } else {
             param_dtype
         };
+        if lean && Op::extent(name) == Extent::Cells {
+            let vals = cell_values(&field, val, &base, &want_shape, want_len, in_dtype, lim)?;
+            cells.insert(name.to_string(), vals);
+            continue;
+        }
         let vals = input_values(&field, val, &base, &want_shape, want_len, in_dtype, lim)?;
         inputs.insert(name.to_string(), vals);
     }
@@ -190,7 +266,7 @@ pub fn read_user_case(path: &Path, lim: &InputLimits) -> Result<SuiteCase> {
         (Some(t), Some(a)) => Some(decimal_text("momentum", t, a)?),
         _ => None,
     };
-    let sc = SuiteCase {
+    let mut sc = SuiteCase {
         id: h.id.clone(),
         level: extra_str("level")
             .and_then(Level::from_name)
@@ -224,8 +300,19 @@ pub fn read_user_case(path: &Path, lim: &InputLimits) -> Result<SuiteCase> {
         Problem::new_with_params(h.op, g.clone(), h.eps.clone(), exact, h.params.clone())
             .map_err(|e| ConfError::field("inputs", e.to_string()))?;
     }
+    let fp = if lean {
+        let chan = std::mem::take(&mut sc.inputs);
+        let fp = crate::fast::FastProblem::new(h.op, g.clone(), h.eps.clone(), cells, chan)?;
+        Some(fp)
+    } else {
+        None
+    };
     if g.len() < check::FAST_JUDGE_MIN_LEN || matches!(h.op, Op::Forward | Op::Backward) {
-        if let Some(why) = suite::ill_posed(&sc) {
+        let ill = match &fp {
+            Some(fp) => suite::ill_posed::ill_posed_cells(&sc, fp),
+            None => suite::ill_posed(&sc),
+        };
+        if let Some(why) = ill {
             return Err(ConfError::field(
                 "inputs",
                 format!(
@@ -235,7 +322,7 @@ pub fn read_user_case(path: &Path, lim: &InputLimits) -> Result<SuiteCase> {
             ));
         }
     }
-    Ok(sc)
+    Ok((sc, fp))
 }
 
 /// What a kernel wrote for a user's case into `dir`: `dir/<output>.npy` for every output of
@@ -266,18 +353,33 @@ pub fn judge_user_case(
     dir: &Path,
     lim: &InputLimits,
 ) -> Result<(SuiteCase, Prepared, CaseResult)> {
-    let sc = read_user_case(case, lim)?;
+    // A large case is held once, in its own width (its f64 inputs are read again only if it
+    // does not pass, for the reports and the diagnosis).
+    let (sc, made) = read_user_case_as(case, lim, true)?;
     if !dir.is_dir() {
         return Err(ConfError::field(
             "--outputs",
             format!("{}: not a directory", dir.display()),
         ));
     }
-    let p = check::prepare(std::slice::from_ref(&sc))
-        .map_err(|e| ConfError::field("inputs", e.to_string()))?
-        .remove(0);
-    let r = p.judge_written(&read_outputs(dir, &sc));
-    Ok((sc, p, r))
+    let refill = |c: &mut SuiteCase| {
+        if c.inputs.is_empty() {
+            if let Ok(full) = read_user_case(case, lim) {
+                c.inputs = full.inputs;
+            }
+        }
+    };
+    let mut p = match made {
+        Some(fp) => check::prepare_owned_lean(vec![(sc, Some(fp))], &refill),
+        None => check::prepare_owned(vec![sc]),
+    }
+    .map_err(|e| ConfError::field("inputs", e.to_string()))?
+    .remove(0);
+    let r = p.judge_written(&read_outputs(dir, &p.case));
+    if r.verdict != check::Verdict::Pass {
+        refill(&mut p.case);
+    }
+    Ok((p.case.clone(), p, r))
 }
 
 #[cfg(test)]
