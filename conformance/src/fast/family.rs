@@ -63,7 +63,7 @@ fn rat(v: f64) -> Rational {
 }
 
 /// Whether every value is 0 or within `[2^-400, 2^400]` in magnitude (products exact).
-fn in_range(v: &[f64]) -> bool {
+pub(crate) fn in_range(v: &[f64]) -> bool {
     v.iter()
         .all(|&x| x == 0.0 || (x.is_finite() && x.abs() > 3.8e-121 && x.abs() < 2.5e120))
 }

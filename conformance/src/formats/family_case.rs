@@ -6,7 +6,9 @@
 //! its tensors. Every error names the field.
 
 use crate::error::{ConfError, Result};
-use crate::formats::case::{exact_scalar, read_input, to_dtype, Dtype as CaseDtype, InputLimits};
+use crate::formats::case::{
+    exact_scalar, read_input, read_npy_input, to_dtype, Dtype as CaseDtype, InputLimits,
+};
 use crate::formats::npy::{read_npy_any, NpyData};
 use bnconf_impl::family::grouping::{group_dims, last_counts};
 use bnconf_impl::family::{
@@ -342,8 +344,75 @@ pub struct FamilyCaseFile {
 /// the input names: `<name>.npy` beside the case file).
 pub fn parse_family_case(v: &Value, base: &Path, lim: &InputLimits) -> Result<FamilyCaseFile> {
     let mut header = parse_family_header(v, lim, "")?;
-    let case = &header.case;
     // The exact path evaluates every cell: sized before any input is read.
+    exact_cells_limit(&header.case, lim)?;
+    let mut inputs = BTreeMap::new();
+    let mut floats = BTreeMap::new();
+    for_each_input(v, &header.case, |name, field, val, shape, dt| {
+        let values = if val.get("listed").is_some() {
+            read_listed(field, &base.join(format!("{name}.npy")), shape, dt, lim)?
+        } else {
+            let len = shape.iter().product::<usize>();
+            read_input(field, val, base, shape, len, dt, false, lim)?
+        };
+        // Float dtypes: every value is a rounded float, exactly an f64.
+        floats.insert(name.to_string(), exact_to_f64s(&values));
+        inputs.insert(name.to_string(), values);
+        Ok(())
+    })?;
+    header.case.inputs = floats;
+    validate_inputs(&header.case)?;
+    Ok(FamilyCaseFile { header, inputs })
+}
+
+/// A family case file read for judging (`check --case`, `shrink --case-file`): the header
+/// with its inputs as f64 in `header.case.inputs`, each rounded correctly to its dtype, and
+/// validated as [`parse_family_case`] validates them (the same errors, naming the same
+/// fields) -- but an npy input (`{"npy": path}`, an export's listed `<name>.npy`) is read
+/// straight as floats, with no exact value per element. JSON arrays take the exact route
+/// (they are bounded by `max_json_elems`).
+///
+/// The cell limit, checked before any input is read: a case of `fast_min_cells` cells or
+/// more (one the judge takes through its per-row fast path) at most `lim.max_elems` (checked
+/// by [`parse_family_header`]); a smaller one, judged per element exactly, at most
+/// `lim.max_json_elems`, as [`parse_family_case`] has it.
+pub fn parse_family_case_floats(
+    v: &Value,
+    base: &Path,
+    lim: &InputLimits,
+    fast_min_cells: usize,
+) -> Result<FamilyHeader> {
+    let mut header = parse_family_header(v, lim, "")?;
+    let cells: usize = header.case.shape.iter().product();
+    if cells < fast_min_cells {
+        exact_cells_limit(&header.case, lim)?;
+    }
+    let mut floats = BTreeMap::new();
+    for_each_input(v, &header.case, |name, field, val, shape, dt| {
+        let npy = match val {
+            Value::Object(o) if val.get("listed").is_none() => o.get("npy").and_then(Value::as_str),
+            _ => None,
+        };
+        let f = dt.format().expect("a family dtype is a float format");
+        let values = if val.get("listed").is_some() {
+            read_listed_floats(field, &base.join(format!("{name}.npy")), shape, f, lim)?
+        } else if let Some(rel) = npy {
+            read_npy_floats(field, &base.join(rel), shape, f, lim)?
+        } else {
+            // JSON arrays (and every malformed form, which the case reader reports).
+            let len = shape.iter().product::<usize>();
+            exact_to_f64s(&read_input(field, val, base, shape, len, dt, false, lim)?)
+        };
+        floats.insert(name.to_string(), values);
+        Ok(())
+    })?;
+    header.case.inputs = floats;
+    validate_inputs(&header.case)?;
+    Ok(header)
+}
+
+/// The exact path's limit on a case's cells (`max_json_elems`).
+fn exact_cells_limit(case: &FamilyCase, lim: &InputLimits) -> Result<()> {
     let cells: usize = case.shape.iter().product();
     if cells > lim.max_json_elems {
         return Err(ConfError::field(
@@ -354,6 +423,26 @@ pub fn parse_family_case(v: &Value, base: &Path, lim: &InputLimits) -> Result<Fa
             ),
         ));
     }
+    Ok(())
+}
+
+/// Exact values of a float dtype as the f64s they are.
+fn exact_to_f64s(values: &[QSqrt]) -> Vec<f64> {
+    values
+        .iter()
+        .map(|q| bnconf_spec::exact::round::round(q, FloatFormat::F64).to_f64())
+        .collect()
+}
+
+/// Walk `inputs` of a family case: refuse a name that is not an input of the op under
+/// `affine`, then call `read(name, field, value, shape, dtype)` for each of its inputs in
+/// order (a missing one refused). An export's list of names reads as
+/// `{"npy": "<name>.npy", "listed": true}` each.
+fn for_each_input(
+    v: &Value,
+    case: &FamilyCase,
+    mut read: impl FnMut(&str, &str, &Value, &[usize], CaseDtype) -> Result<()>,
+) -> Result<()> {
     let wanted = case.op.inputs(case.affine);
     let inputs_v = v
         .get("inputs")
@@ -393,8 +482,6 @@ pub fn parse_family_case(v: &Value, base: &Path, lim: &InputLimits) -> Result<Fa
             ));
         }
     }
-    let mut inputs = BTreeMap::new();
-    let mut floats = BTreeMap::new();
     for name in wanted {
         let field = format!("inputs.{name}");
         let val = inputs_o.get(name).ok_or_else(|| {
@@ -407,33 +494,123 @@ pub fn parse_family_case(v: &Value, base: &Path, lim: &InputLimits) -> Result<Fa
             )
         })?;
         let shape = family_shape(case, name);
-        let len = shape.iter().product::<usize>();
         let dt = CaseDtype::Float(format_of(case.dtype_of(name)));
-        let values = if val.get("listed").is_some() {
-            read_listed(&field, &base.join(format!("{name}.npy")), &shape, dt, lim)?
-        } else {
-            read_input(&field, val, base, &shape, len, dt, false, lim)?
-        };
-        // Float dtypes: every value is a rounded float, exactly an f64.
-        floats.insert(
-            name.to_string(),
-            values
-                .iter()
-                .map(|q| bnconf_spec::exact::round::round(q, FloatFormat::F64).to_f64())
-                .collect::<Vec<f64>>(),
-        );
-        inputs.insert(name.to_string(), values);
+        read(name, &field, val, &shape, dt)?;
     }
-    header.case.inputs = floats;
-    header.case.validate().map_err(|e| {
-        let f = if inputs.contains_key(&e.field) {
+    Ok(())
+}
+
+/// The case with its inputs validated (an input's error named `inputs.<name>`).
+fn validate_inputs(case: &FamilyCase) -> Result<()> {
+    case.validate().map(|_| ()).map_err(|e| {
+        let f = if case.inputs.contains_key(&e.field) {
             format!("inputs.{}", e.field)
         } else {
             e.field.clone()
         };
         ConfError::field(f, e.reason)
-    })?;
-    Ok(FamilyCaseFile { header, inputs })
+    })
+}
+
+/// The correct rounding (to nearest, ties to even) of a finite `x` to format `f`, in float
+/// arithmetic; infinite where it overflows `f`. Zero comes back as `+0.0` (as the exact
+/// route's rational zero does). Exact: `x / q` and `r·q` scale by a power of two `q` (the
+/// quantum of `f` in `x`'s binade, at least its subnormals' one) with no underflow or
+/// overflow, and rounding an f64 to an integer is exact.
+pub fn round_f64_to(x: f64, f: FloatFormat) -> f64 {
+    let r = match f {
+        FloatFormat::F64 => x,
+        FloatFormat::F32 => x as f32 as f64,
+        FloatFormat::F16 | FloatFormat::BF16 => {
+            let p = f.precision() as i64;
+            // the binade of |x| (f64 subnormals lie far below every emin of f)
+            let e = (((x.to_bits() >> 52) & 0x7ff) as i64 - 1023).max(f.emin());
+            let pow2 = |k: i64| f64::from_bits(((k + 1023) as u64) << 52);
+            let q = pow2(e - (p - 1));
+            let r = (x / q).round_ties_even() * q;
+            let max = (2.0 - pow2(1 - p)) * pow2(f.emax());
+            if r.abs() > max {
+                f64::INFINITY.copysign(x)
+            } else {
+                r
+            }
+        }
+    };
+    if r == 0.0 {
+        0.0
+    } else {
+        r
+    }
+}
+
+/// Values read from an npy input as floats, each rounded correctly to `f`: a non-finite one
+/// refused, one that overflows `f` refused (the errors of the exact route).
+fn round_values(
+    field: &str,
+    n: usize,
+    get: impl Fn(usize) -> f64,
+    f: FloatFormat,
+) -> Result<Vec<f64>> {
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let x = get(i);
+        if !x.is_finite() {
+            return Err(ConfError::field(
+                format!("{field}[{i}]"),
+                format!("non-finite value {x}"),
+            ));
+        }
+        let r = round_f64_to(x, f);
+        if !r.is_finite() {
+            return Err(ConfError::field(
+                format!("{field}[{i}]"),
+                format!("overflows {} (rounds to infinity)", f.name()),
+            ));
+        }
+        out.push(r);
+    }
+    Ok(out)
+}
+
+/// An `{"npy": path}` input read as floats: the npy file and shape checks of the exact route
+/// (`read_input`), each value rounded correctly to `f`.
+fn read_npy_floats(
+    field: &str,
+    path: &Path,
+    want: &[usize],
+    f: FloatFormat,
+    lim: &InputLimits,
+) -> Result<Vec<f64>> {
+    let want_len: usize = want.iter().product();
+    let data = read_npy_input(field, path, want, want_len, Some(f), lim)?;
+    round_data(field, &data, f, NpyData::get)
+}
+
+/// [`round_values`] of npy data (`get`: how an element of a half storage type reads).
+fn round_data(
+    field: &str,
+    data: &NpyData,
+    f: FloatFormat,
+    get: fn(&NpyData, usize) -> f64,
+) -> Result<Vec<f64>> {
+    match data {
+        NpyData::F32(v) => round_values(field, v.len(), |i| v[i] as f64, f),
+        NpyData::F64(v) => round_values(field, v.len(), |i| v[i], f),
+        other => round_values(field, other.len(), |i| get(other, i), f),
+    }
+}
+
+/// An export's listed input `<name>.npy` read as floats: the checks of [`read_listed`], each
+/// value rounded correctly to `f`.
+fn read_listed_floats(
+    field: &str,
+    path: &Path,
+    want: &[usize],
+    f: FloatFormat,
+    lim: &InputLimits,
+) -> Result<Vec<f64>> {
+    let data = listed_npy(field, path, want, CaseDtype::Float(f), lim)?;
+    round_data(field, &data, f, NpyData::bf16_value)
 }
 
 /// The case object echoed in a family golden file: the header's fields and `inputs` (the
@@ -478,6 +655,27 @@ fn read_listed(
     dt: CaseDtype,
     lim: &InputLimits,
 ) -> Result<Vec<QSqrt>> {
+    let data = listed_npy(field, path, want, dt, lim)?;
+    (0..data.len())
+        .map(|i| {
+            let x = data.bf16_value(i);
+            let r = f64_to_rational(x).ok_or_else(|| {
+                ConfError::field(format!("{field}[{i}]"), format!("non-finite value {x}"))
+            })?;
+            to_dtype(field, i, r, dt)
+        })
+        .collect()
+}
+
+/// The npy file of an export's listed input, checked: of the tensor's shape, `<u2` (bf16 bit
+/// patterns) only for a bf16 tensor.
+fn listed_npy(
+    field: &str,
+    path: &Path,
+    want: &[usize],
+    dt: CaseDtype,
+    lim: &InputLimits,
+) -> Result<NpyData> {
     let f = format!("{field}.npy");
     let (shape, data) =
         read_npy_any(path, lim.max_elems).map_err(|e| ConfError::field(&f, e.to_string()))?;
@@ -487,8 +685,7 @@ fn read_listed(
             format!("{}: shape {shape:?}, expected {want:?}", path.display()),
         ));
     }
-    let bf16 = matches!(data, NpyData::U16(_));
-    if bf16 && dt != CaseDtype::Float(FloatFormat::BF16) {
+    if matches!(data, NpyData::U16(_)) && dt != CaseDtype::Float(FloatFormat::BF16) {
         return Err(ConfError::field(
             &f,
             format!(
@@ -497,17 +694,5 @@ fn read_listed(
             ),
         ));
     }
-    (0..data.len())
-        .map(|i| {
-            let x = if bf16 {
-                data.bf16_value(i)
-            } else {
-                data.get(i)
-            };
-            let r = f64_to_rational(x).ok_or_else(|| {
-                ConfError::field(format!("{field}[{i}]"), format!("non-finite value {x}"))
-            })?;
-            to_dtype(field, i, r, dt)
-        })
-        .collect()
+    Ok(data)
 }

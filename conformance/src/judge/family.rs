@@ -17,7 +17,7 @@ use crate::precision::family_budget::{
 use crate::suite::family::{
     family_goldens, format_of, spec_grouping, spec_norm, FamilySuiteCase, Golden,
 };
-use bnconf_impl::family::{FamilyKernel, Named};
+use bnconf_impl::family::{FamilyCase, FamilyKernel, Named};
 use bnconf_impl::Unsupported;
 use bnconf_spec::exact::roots::SumOfRoots;
 use bnconf_spec::exact::round::{f64_to_rational, round, FloatFormat};
@@ -93,17 +93,40 @@ pub fn roots_ratio_gated(
 /// The goldens and budgets of a family case (the reference's error for an invalid one);
 /// large cases ([`FAMILY_FAST_MIN_LEN`] cells or more) through the fast cells.
 pub fn prepare_family(sc: &FamilySuiteCase) -> Result<FamilyPrepared, SpecError> {
+    prepare_family_owned(sc.clone())
+}
+
+/// [`prepare_family`] of a case it keeps (no copy of its inputs).
+pub fn prepare_family_owned(sc: FamilySuiteCase) -> Result<FamilyPrepared, SpecError> {
     let large = sc.case.inputs.get("x").map_or(0, Vec::len) >= FAMILY_FAST_MIN_LEN;
     prepare_family_with(sc, large)
+}
+
+/// Whether [`prepare_family`] can judge a case of this shape through the fast cells (its
+/// per-row path): at least [`FAMILY_FAST_MIN_LEN`] cells. Decided from the fields alone,
+/// before any input is read; whether it does also depends on the inputs
+/// ([`family_fast_takes_inputs`]).
+pub fn family_fast_by_shape(case: &FamilyCase) -> bool {
+    case.shape.iter().product::<usize>() >= FAMILY_FAST_MIN_LEN
+}
+
+/// Whether the fast cells take a valid, well-posed case's inputs (`FamilyCells::new` is then
+/// `Some`): every input 0 or within `(3.8e-121, 2.5e120)` in magnitude, about `2^±400`
+/// (fast::family: exact products cannot underflow). A case [`family_fast_by_shape`] admits
+/// that fails this is judged per element exactly (tested equal to `FamilyCells::new`).
+pub fn family_fast_takes_inputs(case: &FamilyCase) -> bool {
+    case.inputs
+        .values()
+        .all(|v| crate::fast::family::in_range(v))
 }
 
 /// [`prepare_family`] through the fast cells whatever the case's size, where the fast path
 /// applies (else exactly): the same verdicts (tests compare the two).
 pub fn prepare_family_fast(sc: &FamilySuiteCase) -> Result<FamilyPrepared, SpecError> {
-    prepare_family_with(sc, true)
+    prepare_family_with(sc.clone(), true)
 }
 
-fn prepare_family_with(sc: &FamilySuiteCase, fast: bool) -> Result<FamilyPrepared, SpecError> {
+fn prepare_family_with(sc: FamilySuiteCase, fast: bool) -> Result<FamilyPrepared, SpecError> {
     let c = &sc.case;
     let grouping = spec_grouping(c)?;
     let norm = spec_norm(c)?;
@@ -125,7 +148,7 @@ fn prepare_family_with(sc: &FamilySuiteCase, fast: bool) -> Result<FamilyPrepare
                 .map(|(n, v)| (n, Golden::Q(v)))
                 .collect();
             return Ok(FamilyPrepared {
-                case: sc.clone(),
+                case: sc,
                 goldens,
                 budgets,
                 roots_f64: BTreeMap::new(),
@@ -148,7 +171,7 @@ fn prepare_family_with(sc: &FamilySuiteCase, fast: bool) -> Result<FamilyPrepare
         })
         .collect();
     Ok(FamilyPrepared {
-        case: sc.clone(),
+        case: sc,
         goldens,
         budgets,
         roots_f64,

@@ -10,7 +10,7 @@ use crate::formats::atomic::write_bytes;
 use crate::formats::case::{read_case_json, InputLimits};
 use crate::formats::family_case::{
     family_case_echo, family_case_json, family_error, family_shape, family_sizes, format_of,
-    is_family_case, parse_family_case, parse_family_header,
+    is_family_case, parse_family_case, parse_family_case_floats, parse_family_header,
 };
 use crate::formats::fsafe::read_regular_string;
 use crate::formats::npy::{read_npy_any, write_npy, NpyData};
@@ -458,9 +458,12 @@ pub fn judge_user_case(case: &Path, dir: &Path, lim: &InputLimits) -> Result<Fam
             format!("{}: not a directory", dir.display()),
         ));
     }
-    let p = crate::judge::family::prepare_family(&sc)
+    let p = crate::judge::family::prepare_family_owned(sc)
         .map_err(|e| ConfError::field("inputs", e.to_string()))?;
-    let (r, ng, got) = judge_one(&p, read_out_dir(dir, &dir.display().to_string(), &sc.case));
+    let (r, ng, got) = judge_one(
+        &p,
+        read_out_dir(dir, &dir.display().to_string(), &p.case.case),
+    );
     let mut out = FamilyJudged::default();
     if !ng.is_empty() {
         out.not_given.push((r.id.clone(), ng));
@@ -474,33 +477,48 @@ pub fn judge_user_case(case: &Path, dir: &Path, lim: &InputLimits) -> Result<Fam
 
 /// A family case file read as a [`FamilySuiteCase`] (id, `level` and `class` from the file,
 /// else `core` and `user`; `eps` the f64 a kernel reads), refused when ill-posed in its dtype
-/// (`check --case`, `shrink --case-file`).
+/// (`check --case`, `shrink --case-file`). The inputs are read as floats
+/// ([`parse_family_case_floats`]): a case the judge takes through its per-row fast path may
+/// have up to `lim.max_elems` cells, one judged per element exactly at most
+/// `lim.max_json_elems` (checked before any input is read; and, for a case past that whose
+/// inputs the fast path declines, refused once they are read).
 pub fn user_suite_case(case: &Path, lim: &InputLimits) -> Result<FamilySuiteCase> {
+    use crate::judge::family::{family_fast_takes_inputs, FAMILY_FAST_MIN_LEN};
     let v = read_case_json(case, lim)?;
     let base = case.parent().map(Path::to_path_buf).unwrap_or_default();
-    let f = parse_family_case(&v, &base, lim)?;
-    let h = f.header;
-    let extra_str = |k: &str| h.extra.get(k).and_then(Value::as_str);
-    let c = h.case.clone();
+    let h = parse_family_case_floats(&v, &base, lim, FAMILY_FAST_MIN_LEN)?;
+    drop(v);
+    let cells: usize = h.case.shape.iter().product();
+    if cells > lim.max_json_elems && !family_fast_takes_inputs(&h.case) {
+        return Err(ConfError::field(
+            "shape",
+            format!(
+                "{:?} has {cells} elements, more than the exact path takes ({}, --max-json-elems), and the fast path declines its inputs (an input nonzero and outside [2^-400, 2^400] in magnitude)",
+                h.case.shape, lim.max_json_elems
+            ),
+        ));
+    }
     let precision = crate::suite::Precision {
-        act: format_of(c.dtype),
-        param: format_of(c.param_dtype),
+        act: format_of(h.case.dtype),
+        param: format_of(h.case.param_dtype),
     }
     .static_name();
-    if let Some(why) = crate::suite::family::family_ill_posed(&c) {
+    if let Some(why) = crate::suite::family::family_ill_posed(&h.case) {
         return Err(ConfError::field(
             "inputs",
             format!("the case is ill-posed in {precision} ({why}): no output of it can be judged"),
         ));
     }
-    let sc = FamilySuiteCase {
-        id: h.id.clone(),
-        level: extra_str("level")
-            .and_then(crate::suite::Level::from_name)
-            .unwrap_or(crate::suite::Level::Core),
-        class: extra_str("class").unwrap_or("user").to_string(),
+    let extra_str = |k: &str| h.extra.get(k).and_then(Value::as_str);
+    let level = extra_str("level")
+        .and_then(crate::suite::Level::from_name)
+        .unwrap_or(crate::suite::Level::Core);
+    let class = extra_str("class").unwrap_or("user").to_string();
+    Ok(FamilySuiteCase {
+        id: h.id,
+        level,
+        class,
         precision,
-        case: c,
-    };
-    Ok(sc)
+        case: h.case,
+    })
 }
