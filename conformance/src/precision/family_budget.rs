@@ -57,6 +57,7 @@ use super::budget::{
     c1_error, eb, iv_of_f64, k_allowance, ldexp, mean_sq, rsqrt_iv, scale_exponent, scale_q,
     scaled, sum_f, sum_iv, ElementBudget, Iv, SAFE,
 };
+use crate::par::*;
 use bnconf_spec::exact::roots::SumOfRoots;
 use bnconf_spec::exact::round::{f64_to_rational, FloatFormat};
 use bnconf_spec::exact::{QSqrt, Rational};
@@ -213,6 +214,29 @@ fn weight(norm: &Norm, gamma: Option<&[f64]>, p: usize) -> (Iv, f64) {
     }
 }
 
+/// `per(gi, cells)` of every group of `g`, computed in parallel a batch of groups at a time
+/// and handed to `take` in the groups' order (the first error in that order returned): the
+/// values of a loop over the groups, whatever the thread count.
+fn each_group<T: Send>(
+    g: &Grouping,
+    per: impl Fn(usize, &[usize]) -> Result<T, SpecError> + Sync,
+    mut take: impl FnMut(&[usize], T),
+) -> Result<(), SpecError> {
+    const BATCH: usize = 256;
+    let groups = g.groups();
+    for start in (0..groups.len()).step_by(BATCH) {
+        let end = (start + BATCH).min(groups.len());
+        let done: Vec<Result<T, SpecError>> = (start..end)
+            .into_par_iter()
+            .map(|gi| per(gi, &groups[gi]))
+            .collect();
+        for (gi, r) in (start..end).zip(done) {
+            take(&groups[gi], r?);
+        }
+    }
+    Ok(())
+}
+
 /// Budgets of every output element of `prob` (module docs' table) and each output's gate.
 /// Errors: (C1) `q ≤ 0` in a group, as the reference reports it.
 pub fn family_budgets(prob: &FamilyProblem<'_>) -> Result<FamilyBudgets, SpecError> {
@@ -231,30 +255,42 @@ pub fn family_budgets(prob: &FamilyProblem<'_>) -> Result<FamilyBudgets, SpecErr
         None => {
             let mut y = vec![ElementBudget::default(); n];
             let (mut mean, mut rstd) = (Vec::new(), Vec::new());
-            for (gi, cells) in g.groups().iter().enumerate() {
+            let per = |gi: usize, cells: &[usize]| -> Result<_, SpecError> {
                 let xs: Vec<f64> = cells.iter().map(|&i| prob.x[i]).collect();
                 let t = group_terms(gi, &xs, norm, prob.eps, &eps_q)?;
                 let (ru, r2) = (t.ru, t.ru * t.ru);
                 // rms_norm: the summation of mean(x²) through ∂r/∂q.
                 let qsum = (1.0 - t.c) * r2 * t.dd / 2.0;
-                for (a, &i) in cells.iter().enumerate() {
-                    let p = g.params()[i];
-                    let (w, ga) = weight(norm, prob.gamma, p);
-                    let wu = w.up();
-                    let b = prob.beta.map_or(0.0, |bt| bt[p].abs());
-                    let wh = wu * t.ah[a];
-                    let cond = wu * ru * (t.ax[a] + t.c * t.x1 + t.ah[a] * t.hx) + ga * t.ah[a] + b;
-                    let off = if offset { wh } else { 0.0 };
-                    let mut e = eb(cond, t.c * wu * ru * t.x1 + off + wh * qsum);
-                    e.mag2 = t.dk * wh * r2 / 2.0;
-                    y[i] = e;
-                }
+                let ys: Vec<ElementBudget> = cells
+                    .iter()
+                    .enumerate()
+                    .map(|(a, &i)| {
+                        let p = g.params()[i];
+                        let (w, ga) = weight(norm, prob.gamma, p);
+                        let wu = w.up();
+                        let b = prob.beta.map_or(0.0, |bt| bt[p].abs());
+                        let wh = wu * t.ah[a];
+                        let cond =
+                            wu * ru * (t.ax[a] + t.c * t.x1 + t.ah[a] * t.hx) + ga * t.ah[a] + b;
+                        let off = if offset { wh } else { 0.0 };
+                        let mut e = eb(cond, t.c * wu * ru * t.x1 + off + wh * qsum);
+                        e.mag2 = t.dk * wh * r2 / 2.0;
+                        e
+                    })
+                    .collect();
                 // y is of degree 0 in the scale, mean of degree 1, rstd of degree −1.
-                mean.push(scaled(eb(t.x1, t.x1), t.s));
+                let mean = scaled(eb(t.x1, t.x1), t.s);
                 let mut rs = eb(ru * r2 * t.dx, ru + ru * r2 * t.dd / 2.0);
                 rs.mag2 = t.dk * ru * r2 / 2.0;
-                rstd.push(scaled(rs, 1.0 / t.s));
-            }
+                Ok((ys, mean, scaled(rs, 1.0 / t.s)))
+            };
+            each_group(g, per, |cells, (ys, m, r)| {
+                for (&i, e) in cells.iter().zip(ys) {
+                    y[i] = e;
+                }
+                mean.push(m);
+                rstd.push(r);
+            })?;
             out.outputs.insert("y", y);
             out.gate.insert("y", k_cells);
             if centred {
@@ -269,7 +305,7 @@ pub fn family_budgets(prob: &FamilyProblem<'_>) -> Result<FamilyBudgets, SpecErr
             let mut dx = vec![ElementBudget::default(); n];
             let mut dgamma = vec![ElementBudget::default(); np];
             let mut dbeta = vec![ElementBudget::default(); np];
-            for (gi, cells) in g.groups().iter().enumerate() {
+            let per = |gi: usize, cells: &[usize]| -> Result<_, SpecError> {
                 let xs: Vec<f64> = cells.iter().map(|&i| prob.x[i]).collect();
                 let t = group_terms(gi, &xs, norm, prob.eps, &eps_q)?;
                 let (ru, r2) = (t.ru, t.ru * t.ru);
@@ -298,31 +334,34 @@ pub fn family_budgets(prob: &FamilyProblem<'_>) -> Result<FamilyBudgets, SpecErr
                 let zx = sum_f(az.iter().zip(&t.ax).map(|(p, q)| p * q)) / m;
                 let ex = sum_f(ae.iter().zip(&t.ax).map(|(p, q)| p * q)) / m;
                 let c = t.c;
-                for (j, &i) in cells.iter().enumerate() {
-                    let h = t.ah[j];
-                    let cond_dy = ru * (ae[j] + c * e1 + h * he);
-                    let cond_g = ru * (ge[j] + c * g1 + h * hg);
-                    let cond_x = if centred {
-                        r2 * (az[j] * t.hx + h * zx + bu * (t.ax[j] + t.x1 + h * t.hx))
-                    } else {
-                        r2 * (ae[j] * t.hx + h * ex + bu * (t.ax[j] + 3.0 * h * t.hx))
-                    };
-                    let (mag, mag2) = if centred {
-                        (
-                            ru * (ae[j] + e1 + h * he + t.x1 * ru * (he + h * e1)),
-                            t.dk * r2 * ru * ((ae[j] + au + 3.0 * h * bu) / 2.0 + au),
-                        )
-                    } else {
-                        (
-                            ru * (ae[j] + h * he) + ru * r2 * t.dd / 2.0 * (ae[j] + 3.0 * h * he),
-                            0.0,
-                        )
-                    };
-                    let mut b = eb(cond_dy + cond_g + cond_x, mag);
-                    b.mag2 = mag2;
-                    // dx is of degree −1 in the scale; dgamma and dbeta of degree 0.
-                    dx[i] = scaled(b, 1.0 / t.s);
-                }
+                let dxs: Vec<ElementBudget> = (0..cells.len())
+                    .map(|j| {
+                        let h = t.ah[j];
+                        let cond_dy = ru * (ae[j] + c * e1 + h * he);
+                        let cond_g = ru * (ge[j] + c * g1 + h * hg);
+                        let cond_x = if centred {
+                            r2 * (az[j] * t.hx + h * zx + bu * (t.ax[j] + t.x1 + h * t.hx))
+                        } else {
+                            r2 * (ae[j] * t.hx + h * ex + bu * (t.ax[j] + 3.0 * h * t.hx))
+                        };
+                        let (mag, mag2) = if centred {
+                            (
+                                ru * (ae[j] + e1 + h * he + t.x1 * ru * (he + h * e1)),
+                                t.dk * r2 * ru * ((ae[j] + au + 3.0 * h * bu) / 2.0 + au),
+                            )
+                        } else {
+                            (
+                                ru * (ae[j] + h * he)
+                                    + ru * r2 * t.dd / 2.0 * (ae[j] + 3.0 * h * he),
+                                0.0,
+                            )
+                        };
+                        let mut b = eb(cond_dy + cond_g + cond_x, mag);
+                        b.mag2 = mag2;
+                        // dx is of degree −1 in the scale; dgamma and dbeta of degree 0.
+                        scaled(b, 1.0 / t.s)
+                    })
+                    .collect();
                 // dgamma, dbeta: this group's partial sums per parameter.
                 let mut part: BTreeMap<usize, (Iv, Iv, f64, f64, f64)> = BTreeMap::new();
                 for (j, &i) in cells.iter().enumerate() {
@@ -335,17 +374,30 @@ pub fn family_budgets(prob: &FamilyProblem<'_>) -> Result<FamilyBudgets, SpecErr
                     s.3 += ady[j] * t.ax[j];
                     s.4 += ady[j];
                 }
-                for (p, (sp, tp, hdy, dyx, sdy)) in part {
-                    let cond = hdy + ru * (dyx + c * t.x1 * sp.up() + t.hx * tp.up());
-                    let mag = hdy + c * t.x1 * ru * sdy + (1.0 - c) * r2 * t.dd / 2.0 * hdy;
+                let parts: Vec<(usize, [f64; 4])> = part
+                    .into_iter()
+                    .map(|(p, (sp, tp, hdy, dyx, sdy))| {
+                        let cond = hdy + ru * (dyx + c * t.x1 * sp.up() + t.hx * tp.up());
+                        let mag = hdy + c * t.x1 * ru * sdy + (1.0 - c) * r2 * t.dd / 2.0 * hdy;
+                        (p, [cond, mag, t.dk * r2 / 2.0 * hdy, sdy])
+                    })
+                    .collect();
+                Ok((dxs, parts))
+            };
+            each_group(g, per, |cells, (dxs, parts)| {
+                for (&i, b) in cells.iter().zip(dxs) {
+                    dx[i] = b;
+                }
+                // In the groups' order (the sums' order of a loop over them).
+                for (p, [cond, mag, mag2, sdy]) in parts {
                     let dg = &mut dgamma[p];
                     dg.cond += cond * SAFE;
                     dg.mag += mag * SAFE;
-                    dg.mag2 += t.dk * r2 / 2.0 * hdy * SAFE;
+                    dg.mag2 += mag2 * SAFE;
                     dbeta[p].cond += sdy * SAFE;
                     dbeta[p].mag += sdy * SAFE;
                 }
-            }
+            })?;
             out.outputs.insert("dx", dx);
             out.gate.insert("dx", k_cells);
             if norm.affine.has_weight() {
