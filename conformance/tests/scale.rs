@@ -376,54 +376,34 @@ fn a_listed_case_is_tested_for_ill_posedness_when_judged() {
 /// cells in their own width, never held as f64) is the made case's `fast_problem()`: the
 /// same arrays in the same width (f32 for binary32 dtypes), per-channel inputs, geometry and
 /// eps, and the same ill-posedness verdict; `generate::remake_fast` of the case's shell makes
-/// it too. Every case of the suite in f64 and f32; its backward nhwc cases (`x` and `dy`) in
-/// bf16 with f32 parameters (a half format's rounding is slow to make).
+/// it too. Every case of the suite (filters off) in the six precisions.
 #[test]
 fn a_case_made_fast_is_the_made_cases_fast_problem() {
     let root = Rng::new(suite::DEFAULT_SEED);
     let mut n = 0;
-    let halves = Filter {
-        ops: vec![Op::Backward],
-        layouts: vec![Layout::Nhwc],
-    };
-    for (prec, filter) in [
-        (
-            suite::Precision::uniform(FloatFormat::F64),
-            Filter::default(),
-        ),
-        (
-            suite::Precision::uniform(FloatFormat::F32),
-            Filter::default(),
-        ),
-        (
-            suite::Precision {
-                act: FloatFormat::BF16,
-                param: FloatFormat::F32,
-            },
-            halves,
-        ),
-    ] {
-        let made = suite::scale::generate_each(&root, &[prec], &filter, |shell, make| {
-            let c = make();
-            let want = c.fast_problem().unwrap();
-            let got = suite::generate::remake_fast("scale", suite::DEFAULT_SEED, &shell);
-            let (got, ill) = got.expect("a scale case is made fast");
-            assert_eq!(got.x, want.x, "{}", c.id);
-            assert_eq!(got.dy, want.dy, "{}", c.id);
-            assert_eq!(got.chan, want.chan, "{}", c.id);
-            assert_eq!(got.geom, want.geom, "{}", c.id);
-            assert_eq!(got.eps, want.eps, "{}", c.id);
-            assert_eq!(ill, suite::scale::ill_posed(&c), "{}", c.id);
-            let binary32 = c.dtype != FloatFormat::F64;
-            assert_eq!(
-                matches!(got.x, bnconf::formats::npy::NpyData::F32(_)),
-                binary32,
-                "{}",
-                c.id
-            );
-            Some(ill.is_some())
-        });
+    for prec in suite::Precision::ALL {
+        let made =
+            suite::scale::generate_each(&root, &[prec], &Filter::default(), |shell, make| {
+                let c = make();
+                let want = c.fast_problem().unwrap();
+                let got = suite::generate::remake_fast("scale", suite::DEFAULT_SEED, &shell);
+                let (got, ill) = got.expect("a scale case is made fast");
+                assert_eq!(got.x, want.x, "{}", c.id);
+                assert_eq!(got.dy, want.dy, "{}", c.id);
+                assert_eq!(got.chan, want.chan, "{}", c.id);
+                assert_eq!(got.geom, want.geom, "{}", c.id);
+                assert_eq!(got.eps, want.eps, "{}", c.id);
+                assert_eq!(ill, suite::scale::ill_posed(&c), "{}", c.id);
+                let binary32 = c.dtype != FloatFormat::F64;
+                assert_eq!(
+                    matches!(got.x, bnconf::formats::npy::NpyData::F32(_)),
+                    binary32,
+                    "{}",
+                    c.id
+                );
+                Some(ill.is_some())
+            });
         n += made.len();
     }
-    assert!(n >= 2 * 20 + 5, "{n} cases");
+    assert!(n >= 6 * 20, "{n} cases");
 }

@@ -1,7 +1,7 @@
 //! The generator's random stream (SplitMix64, IEEE +, −, × only: the same bytes on every
 //! machine) and rounding a drawn value to a dtype.
 
-use bnconf_spec::exact::round::{f64_to_rational, FloatFormat};
+use bnconf_spec::exact::round::FloatFormat;
 
 /// SplitMix64's increment.
 const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -114,10 +114,16 @@ pub fn to_dtype(x: f64, f: FloatFormat) -> f64 {
     match f {
         FloatFormat::F64 => x,
         FloatFormat::F32 => x as f32 as f64,
+        // In float arithmetic (`round_f64_to`: exact scalings by powers of two), the value of
+        // the exact rounding bit for bit: a negative value that rounds to zero is -0.0, a zero
+        // +0.0 (tested against the rational rounding).
         FloatFormat::F16 | FloatFormat::BF16 => {
-            let r =
-                bnconf_spec::exact::round::round_rational(&f64_to_rational(x).expect("finite"), f);
-            r.to_f64()
+            let r = crate::formats::family_case::round_f64_to(x, f);
+            if r == 0.0 && x < 0.0 {
+                -0.0
+            } else {
+                r
+            }
         }
     }
 }
@@ -125,6 +131,68 @@ pub fn to_dtype(x: f64, f: FloatFormat) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bnconf_spec::exact::round::f64_to_rational;
+
+    /// `to_dtype` to f16 and bf16 is the exact rational rounding, bit for bit (the sign of a
+    /// zero included): on each format's midpoints and their neighbours, subnormals, values
+    /// that round to zero of both signs, the largest finite value and the overflow boundary,
+    /// and on 20,000 random values over the whole f64 range (more with PROPTEST_CASES).
+    #[test]
+    fn half_rounding_is_the_exact_one() {
+        let n: usize = std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(20_000, |c: usize| c * 80);
+        let mut rng = Rng::new(0x70d7);
+        for f in [FloatFormat::F16, FloatFormat::BF16] {
+            let exact = |x: f64| {
+                bnconf_spec::exact::round::round_rational(&f64_to_rational(x).unwrap(), f).to_f64()
+            };
+            let p = f.precision() as i32;
+            let max = (2.0 - 2f64.powi(1 - p)) * 2f64.powi(f.emax() as i32);
+            let sub = 2f64.powi(f.emin() as i32 - p + 1);
+            let mut xs = vec![
+                0.0,
+                -0.0,
+                max,
+                -max,
+                sub,
+                -sub,
+                sub / 2.0,
+                -sub / 2.0,
+                1e-300,
+            ];
+            xs.extend([
+                -1e-300,
+                max + max * 2f64.powi(-p - 1),
+                max * (1.0 + 2f64.powi(-p)),
+            ]);
+            for k in 0..200 {
+                // A midpoint of the format at binade k (ties), and just off it.
+                let e = f.emin() as i32 - p + (k % (f.emax() as i32 - f.emin() as i32 + p + 2));
+                let mid = 2f64.powi(e) * (1.0 + 2f64.powi(1 - p) * (k as f64 + 0.5));
+                for d in [0.0, 2f64.powi(-52), -2f64.powi(-52)] {
+                    xs.push(mid * (1.0 + d));
+                    xs.push(-mid * (1.0 + d));
+                }
+            }
+            for _ in 0..n {
+                let e = (rng.uniform() * 2100.0 - 1070.0) as i32;
+                let x = rng.normal() * 2f64.powi(e.clamp(-1074, 1000));
+                xs.push(x);
+                xs.push(x * 2f64.powi(-(f.emin() as i32).abs() - 20));
+            }
+            for x in xs {
+                let (a, b) = (to_dtype(x, f), exact(x));
+                assert_eq!(
+                    a.to_bits(),
+                    b.to_bits(),
+                    "{} of {x:e}: {a:e} vs {b:e}",
+                    f.name()
+                );
+            }
+        }
+    }
 
     /// `normals` gives the values of as many calls of `normal`, bit for bit, and leaves the
     /// stream where they leave it (the next draws agree), from any state and for any count
