@@ -3,7 +3,6 @@
 //! double-double approximations; large and replicated cases through the fast cells
 //! ([`crate::fast::cells`]). Expected values always come from the exact reference.
 
-use crate::formats::npy::NpyData;
 use crate::judge::budget::{self, CellBound, ElementBudget};
 use crate::judge::verdict::RatioSummary;
 use crate::par::*;
@@ -102,16 +101,9 @@ fn fast_parts(c: &mut SuiteCase, drop_inputs: bool) -> Option<FastParts> {
 fn fast_parts_of(c: &SuiteCase, fp: crate::fast::FastProblem) -> Option<FastParts> {
     let geom = bnconf_spec::Geometry::new(c.layout, &c.shape, usize::MAX).expect("valid");
     let eps = bnconf_spec::exact::parse::parse_rational(&c.eps).expect("generated eps");
-    fn cell_data(d: &NpyData) -> Option<budget::CellData<'_>> {
-        match d {
-            NpyData::F32(v) => Some(budget::CellData::F32(v)),
-            NpyData::F64(v) => Some(budget::CellData::F64(v)),
-            _ => None,
-        }
-    }
-    let x = cell_data(&fp.x)?;
+    let x = budget::CellData::of(&fp.x)?;
     let dy = match &fp.dy {
-        Some(d) => Some(cell_data(d)?),
+        Some(d) => Some(budget::CellData::of(d)?),
         None => None,
     };
     let bounds = budget::case_bounds_of(c.op, &geom, &eps, &|name| match name {

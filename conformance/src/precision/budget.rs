@@ -374,7 +374,17 @@ pub enum CellData<'a> {
     F32(&'a [f32]),
 }
 
-impl CellData<'_> {
+impl<'a> CellData<'a> {
+    /// The values of an f32 or f64 array (`None` for another storage type).
+    pub fn of(d: &'a crate::formats::npy::NpyData) -> Option<CellData<'a>> {
+        use crate::formats::npy::NpyData;
+        match d {
+            NpyData::F32(v) => Some(CellData::F32(v)),
+            NpyData::F64(v) => Some(CellData::F64(v)),
+            _ => None,
+        }
+    }
+
     /// Value `i`, as f64.
     #[inline(always)]
     pub fn at(&self, i: usize) -> f64 {

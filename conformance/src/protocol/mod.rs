@@ -199,17 +199,23 @@ pub(crate) fn verify_case_inputs(
 /// ([`crate::suite::generate::remake_fast`]: the inputs in `fp`, in their own width), the
 /// files in the same order (by name).
 fn verify_made(dir: &Path, s: &Suite, c: &SuiteCase, fp: &crate::fast::FastProblem) -> Result<()> {
+    use crate::precision::budget::CellData;
     let cd = dir.join(&c.id);
-    let cells = [("x", Some(&fp.x)), ("dy", fp.dy.as_ref())];
-    let mut names: Vec<&str> = fp.chan.keys().map(String::as_str).collect();
-    names.extend(cells.iter().filter(|(_, d)| d.is_some()).map(|&(n, _)| n));
-    names.sort_unstable();
-    for name in names {
-        match cells.iter().find(|&&(n, _)| n == name) {
-            Some((_, Some(NpyData::F32(v)))) => verify_input(&cd, &c.id, name, v, s)?,
-            Some((_, Some(NpyData::F64(v)))) => verify_input(&cd, &c.id, name, v, s)?,
-            Some(_) => unreachable!("a made case's cells are f32 or f64"),
-            None => verify_input(&cd, &c.id, name, &fp.chan[name], s)?,
+    let mut inputs: BTreeMap<&str, CellData> = fp
+        .chan
+        .iter()
+        .map(|(k, v)| (k.as_str(), CellData::F64(v)))
+        .collect();
+    for (name, d) in [("x", Some(&fp.x)), ("dy", fp.dy.as_ref())] {
+        if let Some(d) = d {
+            let d = CellData::of(d).expect("a made case's cells are f32 or f64");
+            inputs.insert(name, d);
+        }
+    }
+    for (name, want) in inputs {
+        match want {
+            CellData::F32(v) => verify_input(&cd, &c.id, name, v, s)?,
+            CellData::F64(v) => verify_input(&cd, &c.id, name, v, s)?,
         }
     }
     Ok(())
