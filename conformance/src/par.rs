@@ -126,6 +126,14 @@ mod seq {
         }
     }
     impl<It: Iterator> ForEachInit for It {}
+    /// rayon's `find_map_first` on any iterator: the std `find_map` (the first in order).
+    pub trait FindMapFirst: Iterator + Sized {
+        /// The first `Some(f(item))`.
+        fn find_map_first<B, F: FnMut(Self::Item) -> Option<B>>(mut self, f: F) -> Option<B> {
+            self.find_map(f)
+        }
+    }
+    impl<It: Iterator> FindMapFirst for It {}
     /// `par_chunks()` on slices: `chunks()`.
     pub trait ParallelSlice<T> {
         /// The sequential iterator.

@@ -568,7 +568,7 @@ fn a_large_layer_norm_backward_case_is_judged_through_check_case() {
         )
         .unwrap();
     }
-    let judged = judge_user_case(&case, &out, &lim()).unwrap();
+    let judged = judge_user_case(&case, &out, &lim(), true).unwrap();
     let r = &judged.results[0];
     assert_eq!(r.verdict, Verdict::Pass, "{r:?}");
     assert!(judged.failing.is_empty());
@@ -577,7 +577,7 @@ fn a_large_layer_norm_backward_case_is_judged_through_check_case() {
     let i = 123_457;
     dx[i] = if dx[i] == 0.0 { 0.5 } else { dx[i] * 1.01 };
     write_npy(&out.join("dx.npy"), &[rows, k], &f32s(dx)).unwrap();
-    let judged = judge_user_case(&case, &out, &lim()).unwrap();
+    let judged = judge_user_case(&case, &out, &lim(), true).unwrap();
     let r = &judged.results[0];
     assert_eq!(r.verdict, Verdict::Fail, "{r:?}");
     let o = r.outputs.iter().find(|o| o.name == "dx").unwrap();

@@ -51,7 +51,8 @@ pub(crate) fn judge_case(
     expectations: Option<&bnconf::judge::gate::Expectations>,
     out: &ReportArgs,
 ) -> Result<ExitCode, ConfError> {
-    let judged = protocol::family::judge_user_case(case, outputs, lim)?;
+    let keep = !out.no_diagnosis || out.html.is_some();
+    let judged = protocol::family::judge_user_case(case, outputs, lim, keep)?;
     let r = &judged.results[0];
     let family = <FamilyOp as Named>::from_name(r.op)
         .map(|o| Named::name(&o.family()).to_string())

@@ -58,7 +58,7 @@ fn format_of(d: bnconf_impl::Dtype) -> FloatFormat {
     }
 }
 
-fn rat(v: f64) -> Rational {
+pub(super) fn rat(v: f64) -> Rational {
     f64_to_rational(v).expect("finite")
 }
 
@@ -71,15 +71,15 @@ pub(crate) fn in_range(v: &[f64]) -> bool {
 /// The affine parameters: a cell's weight `w` exactly, as a double-double (`1 + gamma` is
 /// one), and its bias.
 #[derive(Clone, Copy)]
-struct Weights<'a> {
-    gamma: Option<&'a [f64]>,
-    offset: bool,
-    beta: Option<&'a [f64]>,
+pub(super) struct Weights<'a> {
+    pub(super) gamma: Option<&'a [f64]>,
+    pub(super) offset: bool,
+    pub(super) beta: Option<&'a [f64]>,
 }
 
 impl Weights<'_> {
     #[inline]
-    fn dd(&self, p: usize) -> DD {
+    pub(super) fn dd(&self, p: usize) -> DD {
         match self.gamma {
             None => DD::from_f64(1.0),
             Some(g) if self.offset => DD::from_f64(1.0).add_f64(g[p]),
@@ -96,11 +96,11 @@ impl Weights<'_> {
 }
 
 /// One row's (or group's) exact constants and their double-doubles.
-struct Row {
-    mean: Rational,
-    q: Rational,
-    mean_dd: DD,
-    rstd_dd: DD,
+pub(super) struct Row {
+    pub(super) mean: Rational,
+    pub(super) q: Rational,
+    pub(super) mean_dd: DD,
+    pub(super) rstd_dd: DD,
     /// Backward: `A/K` and `C = B/(K·q)`.
     a_k: Rational,
     c: Rational,
@@ -109,7 +109,7 @@ struct Row {
 }
 
 impl Row {
-    fn dd(&self) -> RowDd {
+    pub(super) fn dd(&self) -> RowDd {
         RowDd {
             mean: self.mean_dd,
             rstd: self.rstd_dd,
@@ -120,7 +120,7 @@ impl Row {
 }
 
 /// A row's weights and biases by position (layout `last`, `k` parameters).
-fn row_weights(w: Weights, k: usize) -> RowWeights {
+pub(super) fn row_weights(w: Weights, k: usize) -> RowWeights {
     let dd: Vec<DD> = (0..k).map(|p| w.dd(p)).collect();
     RowWeights {
         wh: dd.iter().map(|d| d.hi).collect(),
@@ -231,7 +231,7 @@ fn fast_outputs(
 /// (no extent 0, no overflow) and those lengths equalling it; both are checked here, and the
 /// rest by validating a probe with every batch extent 1 and `x`, `dy` cut to one row, which
 /// passes exactly when the case's other checks do.
-fn last_row_len(case: &FamilyCase) -> Option<usize> {
+pub fn last_row_len(case: &FamilyCase) -> Option<usize> {
     if case.layout != FamilyLayout::Last {
         return None;
     }
@@ -275,9 +275,59 @@ fn last_row_len(case: &FamilyCase) -> Option<usize> {
     probe.validate().ok().map(|_| k)
 }
 
+/// What the rows of a layout-`last` case (`k` cells each) are read with: the affine
+/// parameters, the weights as float32 for the buckets (1 without `gamma`) when they are,
+/// centring, `eps`.
+pub(super) struct LastRowCtx<'a> {
+    pub(super) w: Weights<'a>,
+    w_row: Vec<f64>,
+    w_f32: bool,
+    k: usize,
+    centred: bool,
+    eps: Rational,
+}
+
+impl<'a> LastRowCtx<'a> {
+    pub(super) fn new(w: Weights<'a>, k: usize, centred: bool, eps: Rational) -> Self {
+        LastRowCtx {
+            w_f32: !w.offset && w.gamma.is_none_or(|g| range_and_f32(g).1),
+            w_row: w.gamma.map_or_else(|| vec![1.0; k], <[f64]>::to_vec),
+            w,
+            k,
+            centred,
+            eps,
+        }
+    }
+
+    /// One row's exact sums (float32 rows of 64+ cells through [`RowBuckets`]) and constants
+    /// (steps 1–2); `None` where an input is out of range (`in_range`) or `q ≤ 0`.
+    pub(super) fn row(&self, xr: &[f64], dr: Option<&[f64]>, bk: &mut RowBuckets) -> Option<Row> {
+        let k = self.k;
+        let (x_ok, x_f32) = range_and_f32(xr);
+        let (d_ok, d_f32) = dr.map_or((true, true), range_and_f32);
+        if !(x_ok && d_ok) {
+            return None;
+        }
+        let (s1, s2, dy_sums) = if x_f32 && d_f32 && self.w_f32 && k >= 64 {
+            let acc = bk.row_sums(xr, dr.map(|d| (d, &self.w_row[..])));
+            let dy_sums = dr.map(|_| (acc.a.to_dyadic(), acc.g.to_dyadic()));
+            (acc.s1.to_dyadic(), acc.s2.to_dyadic(), dy_sums)
+        } else {
+            let (mut s1, mut s2) = (SuperAcc::new(), SuperAcc::new());
+            for &v in xr {
+                s1.add(v);
+                s2.add_product(v, v);
+            }
+            let dy_sums = dr.map(|d| row_dy_sums((0..k).map(|j| (j, j)), xr, d, self.w));
+            (s1.to_dyadic(), s2.to_dyadic(), dy_sums)
+        };
+        row_of_sums(&s1, &s2, dy_sums, k, self.centred, &self.eps)
+    }
+}
+
 /// Rows per parallel work item of the `last` path (and per partial sum of `dgamma`, as the
 /// generic path's `dgamma_sums`).
-const ROWS_PER_ITEM: usize = 64;
+pub(super) const ROWS_PER_ITEM: usize = 64;
 
 /// What one work item of [`last_outputs`] gives: its rows' constants and its partial sums
 /// of `dgamma` and `dbeta`.
@@ -327,9 +377,7 @@ fn last_outputs(
         beta,
     };
     let wts = row_weights(w, k);
-    // The weights as float32 for the buckets (1 without gamma), when they are.
-    let w_f32 = !w.offset && gamma.is_none_or(|g| range_and_f32(g).1);
-    let w_row: Vec<f64> = gamma.map_or_else(|| vec![1.0; k], |g| g.to_vec());
+    let rc = LastRowCtx::new(w, k, centred, eps.clone());
     let (want_dg, want_db) = match dy {
         Some(_) => (case.affine.has_weight(), case.affine.has_bias()),
         None => (false, false),
@@ -352,25 +400,7 @@ fn last_outputs(
                 let r0 = (ci * ROWS_PER_ITEM + ri) * k;
                 let xr = &x[r0..r0 + k];
                 let dr = dy.map(|d| &d[r0..r0 + k]);
-                let (x_ok, x_f32) = range_and_f32(xr);
-                let (d_ok, d_f32) = dr.map_or((true, true), range_and_f32);
-                if !(x_ok && d_ok) {
-                    return None;
-                }
-                let (s1, s2, dy_sums) = if x_f32 && d_f32 && w_f32 && k >= 64 {
-                    let acc = bk.row_sums(xr, dr.map(|d| (d, &w_row[..])));
-                    let dy_sums = dr.map(|_| (acc.a.to_dyadic(), acc.g.to_dyadic()));
-                    (acc.s1.to_dyadic(), acc.s2.to_dyadic(), dy_sums)
-                } else {
-                    let (mut s1, mut s2) = (SuperAcc::new(), SuperAcc::new());
-                    for &v in xr {
-                        s1.add(v);
-                        s2.add_product(v, v);
-                    }
-                    let dy_sums = dr.map(|d| row_dy_sums((0..k).map(|j| (j, j)), xr, d, w));
-                    (s1.to_dyadic(), s2.to_dyadic(), dy_sums)
-                };
-                let row = row_of_sums(&s1, &s2, dy_sums, k, centred, eps)?;
+                let row = rc.row(xr, dr, &mut bk)?;
                 let rd = row.dd();
                 undecided.clear();
                 block_best(xr, dr, &wts, &rd, act, ob, &mut scratch, &mut undecided);
@@ -510,7 +540,13 @@ fn dgamma_column_dd(rows: &[&Row], x: &[f64], dy: &[f64], k: usize, p: usize) ->
 }
 
 /// [`dgamma_roots`] for layout `last`: cell `r·K + p` of each row `r`.
-fn dgamma_roots_last(rows: &[&Row], x: &[f64], dy: &[f64], k: usize, p: usize) -> SumOfRoots {
+pub(super) fn dgamma_roots_last(
+    rows: &[&Row],
+    x: &[f64],
+    dy: &[f64],
+    k: usize,
+    p: usize,
+) -> SumOfRoots {
     let mut terms = Vec::new();
     for (r, row) in rows.iter().enumerate() {
         let i = r * k + p;
@@ -523,7 +559,7 @@ fn dgamma_roots_last(rows: &[&Row], x: &[f64], dy: &[f64], k: usize, p: usize) -
 }
 
 /// `1/sqrt(q) = (1/q)·sqrt(q)`.
-fn rstd_exact(q: &Rational) -> QSqrt {
+pub(super) fn rstd_exact(q: &Rational) -> QSqrt {
     QSqrt::new(Rational::zero(), q.recip(), q.clone())
 }
 
@@ -893,7 +929,7 @@ fn exact_cell(r: &Row, x: f64, dy: Option<f64>, w: Weights, p: usize, f: FloatFo
 }
 
 /// [`exact_cell`]'s exact value.
-fn cell_exact(r: &Row, x: f64, dy: Option<f64>, w: Weights, p: usize) -> QSqrt {
+pub(super) fn cell_exact(r: &Row, x: f64, dy: Option<f64>, w: Weights, p: usize) -> QSqrt {
     let d = rat(x) - &r.mean;
     match dy {
         None => {
@@ -1022,6 +1058,15 @@ fn dgamma_roots(g: &Grouping, rows: &[Row], x: &[f64], dy: &[f64], p: usize) -> 
         }
     }
     SumOfRoots::from_terms(Rational::zero(), terms)
+}
+
+/// A statistic (`mean`, `rstd`, `dbeta`) in double-double, within `2^-104` relative of its
+/// exact value, with a bound on its absolute error: `2^-100` of its magnitude, and `2^-1000`.
+pub fn stat_approx(v: DD) -> (DD, f64) {
+    (
+        v,
+        v.hi.abs() * 7.888609052210118e-31 + 9.332636185032189e-302,
+    )
 }
 
 /// A large family case prepared for judging (`judge::family`), as [`super::cells::FastCells`]
@@ -1160,12 +1205,7 @@ impl FamilyCells {
     /// [`FamilyCells::small_outputs`] in double-double, each with a bound on its absolute
     /// error (`2^-100` of its magnitude: `mean`, `rstd`, `dbeta` are within `2^-104` relative).
     pub fn small_approx(&self) -> BTreeMap<&'static str, Vec<(DD, f64)>> {
-        let with_err = |v: DD| {
-            (
-                v,
-                v.hi.abs() * 7.888609052210118e-31 + 9.332636185032189e-302,
-            )
-        };
+        let with_err = stat_approx;
         let mut out = BTreeMap::new();
         match self.case.inputs.get("dy") {
             None => {

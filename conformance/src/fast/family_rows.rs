@@ -210,8 +210,6 @@ fn block<P: Prod>(
     s: &mut Scratch,
     undecided: &mut Vec<usize>,
 ) {
-    const REL: f64 = 5.048709793414476e-29; // 2^-94
-    const FLOOR: f64 = 9.332636185032189e-302; // 2^-1000
     let n = x.len();
     let (wh, wl, b) = (&w.wh[..n], &w.wl[..n], &w.b[..n]);
     let out = &mut out[..n];
@@ -219,10 +217,7 @@ fn block<P: Prod>(
         v.resize(n, 0.0);
     }
     let (vh, vl, err) = (&mut s.vh[..n], &mut s.vl[..n], &mut s.err[..n]);
-    let rstd = r.rstd;
-    let rstd_abs = rstd.hi.abs();
-    let mean_abs = r.mean.hi.abs();
-    let neg_mean = -r.mean;
+    let rstd_abs = r.rstd.hi.abs();
     // f32 outputs: first in plain f64 (Ziv's strategy, one level more; see `f64_stage`).
     if f == FloatFormat::F32 && rstd_abs <= F64_STAGE_MAX_RSTD {
         f64_stage(x, dy, w, r, out, err);
@@ -240,42 +235,7 @@ fn block<P: Prod>(
         }
         return;
     }
-    match dy {
-        None => {
-            for j in 0..n {
-                let wd = DD {
-                    hi: wh[j],
-                    lo: wl[j],
-                };
-                let d = DD::from_f64(x[j]) + neg_mean;
-                let v = d.mul_by::<P>(wd).mul_by::<P>(rstd).add_f64(b[j]);
-                vh[j] = v.hi;
-                vl[j] = v.lo;
-                err[j] =
-                    (wh[j].abs() * (x[j].abs() + mean_abs) * rstd_abs + b[j].abs()) * REL + FLOOR;
-            }
-        }
-        Some(dy) => {
-            let dy = &dy[..n];
-            let neg_a_k = -r.a_k;
-            let a_k_abs = r.a_k.hi.abs();
-            let c = r.c;
-            let c_abs = c.hi.abs();
-            for j in 0..n {
-                let wd = DD {
-                    hi: wh[j],
-                    lo: wl[j],
-                };
-                let d = DD::from_f64(x[j]) + neg_mean;
-                let t = wd.mul_f64_by::<P>(dy[j]) + neg_a_k + (-d.mul_by::<P>(c));
-                let v = t.mul_by::<P>(rstd);
-                vh[j] = v.hi;
-                vl[j] = v.lo;
-                let mag = wh[j].abs() * dy[j].abs() + a_k_abs + (x[j].abs() + mean_abs) * c_abs;
-                err[j] = mag * rstd_abs * REL + FLOOR;
-            }
-        }
-    }
+    fill_dd::<P>(x, dy, w, r, vh, vl, err);
     match f {
         FloatFormat::F32 => {
             let mut all = true;
@@ -326,6 +286,99 @@ fn block<P: Prod>(
                 }
             }
         }
+    }
+}
+
+/// [`block`]'s first pass: every cell's double-double `(vh, vl)` and bound `err`.
+#[inline(always)]
+fn fill_dd<P: Prod>(
+    x: &[f64],
+    dy: Option<&[f64]>,
+    w: &RowWeights,
+    r: &RowDd,
+    vh: &mut [f64],
+    vl: &mut [f64],
+    err: &mut [f64],
+) {
+    const REL: f64 = 5.048709793414476e-29; // 2^-94
+    const FLOOR: f64 = 9.332636185032189e-302; // 2^-1000
+    let n = x.len();
+    let (wh, wl, b) = (&w.wh[..n], &w.wl[..n], &w.b[..n]);
+    let (vh, vl, err) = (&mut vh[..n], &mut vl[..n], &mut err[..n]);
+    let rstd = r.rstd;
+    let rstd_abs = rstd.hi.abs();
+    let mean_abs = r.mean.hi.abs();
+    let neg_mean = -r.mean;
+    match dy {
+        None => {
+            for j in 0..n {
+                let wd = DD {
+                    hi: wh[j],
+                    lo: wl[j],
+                };
+                let d = DD::from_f64(x[j]) + neg_mean;
+                let v = d.mul_by::<P>(wd).mul_by::<P>(rstd).add_f64(b[j]);
+                vh[j] = v.hi;
+                vl[j] = v.lo;
+                err[j] =
+                    (wh[j].abs() * (x[j].abs() + mean_abs) * rstd_abs + b[j].abs()) * REL + FLOOR;
+            }
+        }
+        Some(dy) => {
+            let dy = &dy[..n];
+            let neg_a_k = -r.a_k;
+            let a_k_abs = r.a_k.hi.abs();
+            let c = r.c;
+            let c_abs = c.hi.abs();
+            for j in 0..n {
+                let wd = DD {
+                    hi: wh[j],
+                    lo: wl[j],
+                };
+                let d = DD::from_f64(x[j]) + neg_mean;
+                let t = wd.mul_f64_by::<P>(dy[j]) + neg_a_k + (-d.mul_by::<P>(c));
+                let v = t.mul_by::<P>(rstd);
+                vh[j] = v.hi;
+                vl[j] = v.lo;
+                let mag = wh[j].abs() * dy[j].abs() + a_k_abs + (x[j].abs() + mean_abs) * c_abs;
+                err[j] = mag * rstd_abs * REL + FLOOR;
+            }
+        }
+    }
+}
+
+/// Every cell of a contiguous row (parameter = position) in double-double with its bound,
+/// as [`block`] forms them (FMA where the CPU has it: the same values), into `s`: read
+/// them with [`Scratch::dd`].
+pub(super) fn row_dd_best(
+    x: &[f64],
+    dy: Option<&[f64]>,
+    w: &RowWeights,
+    r: &RowDd,
+    s: &mut Scratch,
+) {
+    let n = x.len();
+    for v in [&mut s.vh, &mut s.vl, &mut s.err] {
+        v.resize(n, 0.0);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if super::eval::use_fma() {
+        // SAFETY: the CPU supports AVX2 and FMA (checked at run time by use_fma).
+        return unsafe { fill_dd_fma(x, dy, w, r, s) };
+    }
+    fill_dd::<Portable>(x, dy, w, r, &mut s.vh, &mut s.vl, &mut s.err)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn fill_dd_fma(x: &[f64], dy: Option<&[f64]>, w: &RowWeights, r: &RowDd, s: &mut Scratch) {
+    fill_dd::<Fused>(x, dy, w, r, &mut s.vh, &mut s.vl, &mut s.err)
+}
+
+impl Scratch {
+    /// The values' leading and trailing parts and bounds [`row_dd_best`] formed.
+    pub(super) fn dd(&self) -> (&[f64], &[f64], &[f64]) {
+        (&self.vh, &self.vl, &self.err)
     }
 }
 

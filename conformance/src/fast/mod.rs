@@ -39,6 +39,7 @@ pub mod consts;
 pub mod dd;
 pub mod eval;
 pub mod family;
+pub mod family_last;
 mod family_rows;
 pub mod golden;
 pub mod npy_case;

@@ -117,7 +117,7 @@ pub fn family_fast_by_shape(case: &FamilyCase) -> bool {
 pub fn family_fast_takes_inputs(case: &FamilyCase) -> bool {
     case.inputs
         .values()
-        .all(|v| crate::fast::family::in_range(v))
+        .all(|v| v.par_chunks(1 << 16).all(crate::fast::family::in_range))
 }
 
 /// [`prepare_family`] through the fast cells whatever the case's size, where the fast path
@@ -401,7 +401,7 @@ impl FamilyPrepared {
 
 /// An output's result from its elements' ratios (NaN counted as infinite): the worst element,
 /// its exact value (`expected(index)`: the string and its f64), the count over the gate `k`.
-fn output_result(
+pub(crate) fn output_result(
     name: &str,
     ratios: &[f64],
     vals: &[f64],
@@ -437,7 +437,13 @@ fn output_result(
 /// absolute error)`, where that decides the verdict at gate `k` (as batch_norm's fast cells
 /// do): `None` where the exact value is needed (near the gate, a zero or non-finite budget,
 /// a computed value beyond 2^1000).
-fn fast_ratio(approx: (DD, f64), computed: f64, b: &ElementBudget, u: f64, k: f64) -> Option<f64> {
+pub(crate) fn fast_ratio(
+    approx: (DD, f64),
+    computed: f64,
+    b: &ElementBudget,
+    u: f64,
+    k: f64,
+) -> Option<f64> {
     if !computed.is_finite() {
         return Some(f64::INFINITY);
     }

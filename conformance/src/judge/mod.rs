@@ -10,6 +10,7 @@
 pub mod check;
 pub mod diagnosis;
 pub mod family;
+pub mod family_rows;
 pub mod gate;
 pub mod prepare;
 pub mod ranks;

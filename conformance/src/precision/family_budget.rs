@@ -237,6 +237,229 @@ fn each_group<T: Send>(
     Ok(())
 }
 
+/// What every group's budgets are computed from: the problem's op, affine parameters and
+/// `eps` (exactly too).
+#[derive(Clone, Copy)]
+pub struct GroupCtx<'a> {
+    norm: &'a Norm,
+    gamma: Option<&'a [f64]>,
+    beta: Option<&'a [f64]>,
+    eps: f64,
+    eps_q: &'a Rational,
+}
+
+impl<'a> GroupCtx<'a> {
+    /// The context of a problem's groups (`eps_q`: `eps` exactly).
+    pub fn new(
+        norm: &'a Norm,
+        gamma: Option<&'a [f64]>,
+        beta: Option<&'a [f64]>,
+        eps: f64,
+        eps_q: &'a Rational,
+    ) -> Self {
+        GroupCtx {
+            norm,
+            gamma,
+            beta,
+            eps,
+            eps_q,
+        }
+    }
+}
+
+/// One group's budgets of a forward: its cells' `y` (in the group's cell order), its `mean`
+/// and its `rstd`.
+pub struct ForwardGroup {
+    pub y: Vec<ElementBudget>,
+    pub mean: ElementBudget,
+    pub rstd: ElementBudget,
+}
+
+/// One group's budgets of a backward: its cells' `dx` (in the group's cell order), and its
+/// terms of `dgamma` and `dbeta` per parameter it uses (ascending), `[cond, mag, mag2, Σ|dy|]`,
+/// added to the sums over the groups in the groups' order by [`add_parts`].
+pub struct BackwardGroup {
+    pub dx: Vec<ElementBudget>,
+    pub parts: Vec<(usize, [f64; 4])>,
+}
+
+/// The gates of a problem whose groups have `m` cells and whose parameters sum over at most
+/// `n` cells each: `(k` of the per-cell and per-group outputs, `k` of `dgamma` and `dbeta)`.
+pub fn gates(m: usize, n: usize) -> (f64, f64) {
+    (k_allowance(m), k_allowance(m.max(n)))
+}
+
+/// A budget's `NaN` terms (an undefined bound) made infinite.
+pub fn nan_to_inf(b: &mut ElementBudget) {
+    for f in [&mut b.cond, &mut b.mag, &mut b.mag2] {
+        if f.is_nan() {
+            *f = f64::INFINITY;
+        }
+    }
+}
+
+/// The forward budgets of group `gi`, cells `xs` (`param(j)`: the parameter of its `j`-th
+/// cell); (C1) `q ≤ 0` an error.
+pub fn forward_group(
+    ctx: &GroupCtx<'_>,
+    gi: usize,
+    xs: &[f64],
+    param: impl Fn(usize) -> usize,
+) -> Result<ForwardGroup, SpecError> {
+    let norm = ctx.norm;
+    let offset = norm.affine.has_weight() && norm.convention == RmsConvention::Offset;
+    let t = group_terms(gi, xs, norm, ctx.eps, ctx.eps_q)?;
+    let (ru, r2) = (t.ru, t.ru * t.ru);
+    // rms_norm: the summation of mean(x²) through ∂r/∂q.
+    let qsum = (1.0 - t.c) * r2 * t.dd / 2.0;
+    let y: Vec<ElementBudget> = (0..xs.len())
+        .map(|a| {
+            let p = param(a);
+            let (w, ga) = weight(norm, ctx.gamma, p);
+            let wu = w.up();
+            let b = ctx.beta.map_or(0.0, |bt| bt[p].abs());
+            let wh = wu * t.ah[a];
+            let cond = wu * ru * (t.ax[a] + t.c * t.x1 + t.ah[a] * t.hx) + ga * t.ah[a] + b;
+            let off = if offset { wh } else { 0.0 };
+            let mut e = eb(cond, t.c * wu * ru * t.x1 + off + wh * qsum);
+            e.mag2 = t.dk * wh * r2 / 2.0;
+            nan_to_inf(&mut e);
+            e
+        })
+        .collect();
+    // y is of degree 0 in the scale, mean of degree 1, rstd of degree −1.
+    let mut mean = scaled(eb(t.x1, t.x1), t.s);
+    let mut rs = eb(ru * r2 * t.dx, ru + ru * r2 * t.dd / 2.0);
+    rs.mag2 = t.dk * ru * r2 / 2.0;
+    let mut rstd = scaled(rs, 1.0 / t.s);
+    nan_to_inf(&mut mean);
+    nan_to_inf(&mut rstd);
+    Ok(ForwardGroup { y, mean, rstd })
+}
+
+/// The backward budgets of group `gi`, cells `xs` and cotangents `dys` (`param(j)`: the
+/// parameter of its `j`-th cell; `distinct`: every cell of the group has its own parameter,
+/// ascending, as in layout `last`: its terms are then formed without a map, the same
+/// values); (C1) `q ≤ 0` an error.
+pub fn backward_group(
+    ctx: &GroupCtx<'_>,
+    gi: usize,
+    xs: &[f64],
+    dys: &[f64],
+    param: impl Fn(usize) -> usize,
+    distinct: bool,
+) -> Result<BackwardGroup, SpecError> {
+    let norm = ctx.norm;
+    let centred = norm.centering == Centering::Mean;
+    let t = group_terms(gi, xs, norm, ctx.eps, ctx.eps_q)?;
+    let (ru, r2) = (t.ru, t.ru * t.ru);
+    let m = t.m;
+    let dyv: Vec<Iv> = dys.iter().map(|&d| iv_of_f64(d)).collect();
+    let ady: Vec<f64> = dyv.iter().map(|v| v.up()).collect();
+    let ws: Vec<(Iv, f64)> = (0..xs.len())
+        .map(|j| weight(norm, ctx.gamma, param(j)))
+        .collect();
+    let e: Vec<Iv> = dyv.iter().zip(&ws).map(|(d, (w, _))| d.mul(*w)).collect();
+    let ae: Vec<f64> = e.iter().map(|v| v.up()).collect();
+    let ge: Vec<f64> = ady.iter().zip(&ws).map(|(d, (_, ga))| d * ga).collect();
+    let a = if centred { sum_iv(&e).div(m) } else { Iv::ZERO };
+    let eh: Vec<Iv> = e.iter().zip(&t.h).map(|(p, q)| p.mul(*q)).collect();
+    let bb = sum_iv(&eh).div(m);
+    let z: Vec<Iv> = (0..xs.len())
+        .map(|j| e[j].sub(a).sub(t.h[j].mul(bb)))
+        .collect();
+    let az: Vec<f64> = z.iter().map(|v| v.up()).collect();
+    let (au, bu) = (a.up(), bb.up());
+    let e1 = sum_f(ae.iter().copied()) / m;
+    let he = sum_f(t.ah.iter().zip(&ae).map(|(p, q)| p * q)) / m;
+    let g1 = sum_f(ge.iter().copied()) / m;
+    let hg = sum_f(t.ah.iter().zip(&ge).map(|(p, q)| p * q)) / m;
+    let zx = sum_f(az.iter().zip(&t.ax).map(|(p, q)| p * q)) / m;
+    let ex = sum_f(ae.iter().zip(&t.ax).map(|(p, q)| p * q)) / m;
+    let c = t.c;
+    let dx: Vec<ElementBudget> = (0..xs.len())
+        .map(|j| {
+            let h = t.ah[j];
+            let cond_dy = ru * (ae[j] + c * e1 + h * he);
+            let cond_g = ru * (ge[j] + c * g1 + h * hg);
+            let cond_x = if centred {
+                r2 * (az[j] * t.hx + h * zx + bu * (t.ax[j] + t.x1 + h * t.hx))
+            } else {
+                r2 * (ae[j] * t.hx + h * ex + bu * (t.ax[j] + 3.0 * h * t.hx))
+            };
+            let (mag, mag2) = if centred {
+                (
+                    ru * (ae[j] + e1 + h * he + t.x1 * ru * (he + h * e1)),
+                    t.dk * r2 * ru * ((ae[j] + au + 3.0 * h * bu) / 2.0 + au),
+                )
+            } else {
+                (
+                    ru * (ae[j] + h * he) + ru * r2 * t.dd / 2.0 * (ae[j] + 3.0 * h * he),
+                    0.0,
+                )
+            };
+            let mut b = eb(cond_dy + cond_g + cond_x, mag);
+            b.mag2 = mag2;
+            // dx is of degree −1 in the scale; dgamma and dbeta of degree 0.
+            let mut b = scaled(b, 1.0 / t.s);
+            nan_to_inf(&mut b);
+            b
+        })
+        .collect();
+    // dgamma, dbeta: this group's partial sums per parameter (each from zero, its cells
+    // added in order).
+    type Part = (Iv, Iv, f64, f64, f64);
+    let add = |s: &mut Part, j: usize| {
+        s.0 = s.0.add(dyv[j]);
+        s.1 = s.1.add(dyv[j].mul(t.h[j]));
+        s.2 += ady[j] * t.ah[j];
+        s.3 += ady[j] * t.ax[j];
+        s.4 += ady[j];
+    };
+    let zero: Part = (Iv::ZERO, Iv::ZERO, 0.0, 0.0, 0.0);
+    let sums: Vec<(usize, Part)> = if distinct {
+        (0..xs.len())
+            .map(|j| {
+                let mut s = zero;
+                add(&mut s, j);
+                (param(j), s)
+            })
+            .collect()
+    } else {
+        let mut part: BTreeMap<usize, Part> = BTreeMap::new();
+        for j in 0..xs.len() {
+            add(part.entry(param(j)).or_insert(zero), j);
+        }
+        part.into_iter().collect()
+    };
+    let parts = sums
+        .into_iter()
+        .map(|(p, (sp, tp, hdy, dyx, sdy))| {
+            let cond = hdy + ru * (dyx + c * t.x1 * sp.up() + t.hx * tp.up());
+            let mag = hdy + c * t.x1 * ru * sdy + (1.0 - c) * r2 * t.dd / 2.0 * hdy;
+            (p, [cond, mag, t.dk * r2 / 2.0 * hdy, sdy])
+        })
+        .collect();
+    Ok(BackwardGroup { dx, parts })
+}
+
+/// Add one group's terms of `dgamma` and `dbeta` ([`BackwardGroup::parts`]) to their sums over
+/// the groups (called in the groups' order: the sums' order).
+pub fn add_parts(
+    parts: &[(usize, [f64; 4])],
+    dgamma: &mut [ElementBudget],
+    dbeta: &mut [ElementBudget],
+) {
+    for &(p, [cond, mag, mag2, sdy]) in parts {
+        let dg = &mut dgamma[p];
+        dg.cond += cond * SAFE;
+        dg.mag += mag * SAFE;
+        dg.mag2 += mag2 * SAFE;
+        dbeta[p].cond += sdy * SAFE;
+        dbeta[p].mag += sdy * SAFE;
+    }
+}
+
 /// Budgets of every output element of `prob` (module docs' table) and each output's gate.
 /// Errors: (C1) `q ≤ 0` in a group, as the reference reports it.
 pub fn family_budgets(prob: &FamilyProblem<'_>) -> Result<FamilyBudgets, SpecError> {
@@ -244,52 +467,26 @@ pub fn family_budgets(prob: &FamilyProblem<'_>) -> Result<FamilyBudgets, SpecErr
     let norm = prob.norm;
     let n = g.len();
     let eps_q = f64_to_rational(prob.eps).expect("finite eps");
+    let ctx = GroupCtx::new(norm, prob.gamma, prob.beta, prob.eps, &eps_q);
     let centred = norm.centering == Centering::Mean;
-    let offset = norm.affine.has_weight() && norm.convention == RmsConvention::Offset;
     let per_param = cells_per_param(g);
     let m_group = g.groups().first().map_or(1, |c| c.len());
-    let k_cells = k_allowance(m_group);
-    let k_params = k_allowance(m_group.max(per_param.iter().copied().max().unwrap_or(1)));
+    let (k_cells, k_params) = gates(m_group, per_param.iter().copied().max().unwrap_or(1));
+    let gather = |cells: &[usize], v: &[f64]| -> Vec<f64> { cells.iter().map(|&i| v[i]).collect() };
     let mut out = FamilyBudgets::default();
     match prob.dy {
         None => {
             let mut y = vec![ElementBudget::default(); n];
             let (mut mean, mut rstd) = (Vec::new(), Vec::new());
-            let per = |gi: usize, cells: &[usize]| -> Result<_, SpecError> {
-                let xs: Vec<f64> = cells.iter().map(|&i| prob.x[i]).collect();
-                let t = group_terms(gi, &xs, norm, prob.eps, &eps_q)?;
-                let (ru, r2) = (t.ru, t.ru * t.ru);
-                // rms_norm: the summation of mean(x²) through ∂r/∂q.
-                let qsum = (1.0 - t.c) * r2 * t.dd / 2.0;
-                let ys: Vec<ElementBudget> = cells
-                    .iter()
-                    .enumerate()
-                    .map(|(a, &i)| {
-                        let p = g.params()[i];
-                        let (w, ga) = weight(norm, prob.gamma, p);
-                        let wu = w.up();
-                        let b = prob.beta.map_or(0.0, |bt| bt[p].abs());
-                        let wh = wu * t.ah[a];
-                        let cond =
-                            wu * ru * (t.ax[a] + t.c * t.x1 + t.ah[a] * t.hx) + ga * t.ah[a] + b;
-                        let off = if offset { wh } else { 0.0 };
-                        let mut e = eb(cond, t.c * wu * ru * t.x1 + off + wh * qsum);
-                        e.mag2 = t.dk * wh * r2 / 2.0;
-                        e
-                    })
-                    .collect();
-                // y is of degree 0 in the scale, mean of degree 1, rstd of degree −1.
-                let mean = scaled(eb(t.x1, t.x1), t.s);
-                let mut rs = eb(ru * r2 * t.dx, ru + ru * r2 * t.dd / 2.0);
-                rs.mag2 = t.dk * ru * r2 / 2.0;
-                Ok((ys, mean, scaled(rs, 1.0 / t.s)))
+            let per = |gi: usize, cells: &[usize]| {
+                forward_group(&ctx, gi, &gather(cells, prob.x), |j| g.params()[cells[j]])
             };
-            each_group(g, per, |cells, (ys, m, r)| {
-                for (&i, e) in cells.iter().zip(ys) {
+            each_group(g, per, |cells, fg| {
+                for (&i, e) in cells.iter().zip(fg.y) {
                     y[i] = e;
                 }
-                mean.push(m);
-                rstd.push(r);
+                mean.push(fg.mean);
+                rstd.push(fg.rstd);
             })?;
             out.outputs.insert("y", y);
             out.gate.insert("y", k_cells);
@@ -305,99 +502,20 @@ pub fn family_budgets(prob: &FamilyProblem<'_>) -> Result<FamilyBudgets, SpecErr
             let mut dx = vec![ElementBudget::default(); n];
             let mut dgamma = vec![ElementBudget::default(); np];
             let mut dbeta = vec![ElementBudget::default(); np];
-            let per = |gi: usize, cells: &[usize]| -> Result<_, SpecError> {
-                let xs: Vec<f64> = cells.iter().map(|&i| prob.x[i]).collect();
-                let t = group_terms(gi, &xs, norm, prob.eps, &eps_q)?;
-                let (ru, r2) = (t.ru, t.ru * t.ru);
-                let m = t.m;
-                let dyv: Vec<Iv> = cells.iter().map(|&i| iv_of_f64(dy[i])).collect();
-                let ady: Vec<f64> = dyv.iter().map(|v| v.up()).collect();
-                let ws: Vec<(Iv, f64)> = cells
-                    .iter()
-                    .map(|&i| weight(norm, prob.gamma, g.params()[i]))
-                    .collect();
-                let e: Vec<Iv> = dyv.iter().zip(&ws).map(|(d, (w, _))| d.mul(*w)).collect();
-                let ae: Vec<f64> = e.iter().map(|v| v.up()).collect();
-                let ge: Vec<f64> = ady.iter().zip(&ws).map(|(d, (_, ga))| d * ga).collect();
-                let a = if centred { sum_iv(&e).div(m) } else { Iv::ZERO };
-                let eh: Vec<Iv> = e.iter().zip(&t.h).map(|(p, q)| p.mul(*q)).collect();
-                let bb = sum_iv(&eh).div(m);
-                let z: Vec<Iv> = (0..cells.len())
-                    .map(|j| e[j].sub(a).sub(t.h[j].mul(bb)))
-                    .collect();
-                let az: Vec<f64> = z.iter().map(|v| v.up()).collect();
-                let (au, bu) = (a.up(), bb.up());
-                let e1 = sum_f(ae.iter().copied()) / m;
-                let he = sum_f(t.ah.iter().zip(&ae).map(|(p, q)| p * q)) / m;
-                let g1 = sum_f(ge.iter().copied()) / m;
-                let hg = sum_f(t.ah.iter().zip(&ge).map(|(p, q)| p * q)) / m;
-                let zx = sum_f(az.iter().zip(&t.ax).map(|(p, q)| p * q)) / m;
-                let ex = sum_f(ae.iter().zip(&t.ax).map(|(p, q)| p * q)) / m;
-                let c = t.c;
-                let dxs: Vec<ElementBudget> = (0..cells.len())
-                    .map(|j| {
-                        let h = t.ah[j];
-                        let cond_dy = ru * (ae[j] + c * e1 + h * he);
-                        let cond_g = ru * (ge[j] + c * g1 + h * hg);
-                        let cond_x = if centred {
-                            r2 * (az[j] * t.hx + h * zx + bu * (t.ax[j] + t.x1 + h * t.hx))
-                        } else {
-                            r2 * (ae[j] * t.hx + h * ex + bu * (t.ax[j] + 3.0 * h * t.hx))
-                        };
-                        let (mag, mag2) = if centred {
-                            (
-                                ru * (ae[j] + e1 + h * he + t.x1 * ru * (he + h * e1)),
-                                t.dk * r2 * ru * ((ae[j] + au + 3.0 * h * bu) / 2.0 + au),
-                            )
-                        } else {
-                            (
-                                ru * (ae[j] + h * he)
-                                    + ru * r2 * t.dd / 2.0 * (ae[j] + 3.0 * h * he),
-                                0.0,
-                            )
-                        };
-                        let mut b = eb(cond_dy + cond_g + cond_x, mag);
-                        b.mag2 = mag2;
-                        // dx is of degree −1 in the scale; dgamma and dbeta of degree 0.
-                        scaled(b, 1.0 / t.s)
-                    })
-                    .collect();
-                // dgamma, dbeta: this group's partial sums per parameter.
-                let mut part: BTreeMap<usize, (Iv, Iv, f64, f64, f64)> = BTreeMap::new();
-                for (j, &i) in cells.iter().enumerate() {
-                    let s =
-                        part.entry(g.params()[i])
-                            .or_insert((Iv::ZERO, Iv::ZERO, 0.0, 0.0, 0.0));
-                    s.0 = s.0.add(dyv[j]);
-                    s.1 = s.1.add(dyv[j].mul(t.h[j]));
-                    s.2 += ady[j] * t.ah[j];
-                    s.3 += ady[j] * t.ax[j];
-                    s.4 += ady[j];
-                }
-                let parts: Vec<(usize, [f64; 4])> = part
-                    .into_iter()
-                    .map(|(p, (sp, tp, hdy, dyx, sdy))| {
-                        let cond = hdy + ru * (dyx + c * t.x1 * sp.up() + t.hx * tp.up());
-                        let mag = hdy + c * t.x1 * ru * sdy + (1.0 - c) * r2 * t.dd / 2.0 * hdy;
-                        (p, [cond, mag, t.dk * r2 / 2.0 * hdy, sdy])
-                    })
-                    .collect();
-                Ok((dxs, parts))
+            let per = |gi: usize, cells: &[usize]| {
+                let (xs, dys) = (gather(cells, prob.x), gather(cells, dy));
+                backward_group(&ctx, gi, &xs, &dys, |j| g.params()[cells[j]], false)
             };
-            each_group(g, per, |cells, (dxs, parts)| {
-                for (&i, b) in cells.iter().zip(dxs) {
+            each_group(g, per, |cells, bg| {
+                for (&i, b) in cells.iter().zip(bg.dx) {
                     dx[i] = b;
                 }
                 // In the groups' order (the sums' order of a loop over them).
-                for (p, [cond, mag, mag2, sdy]) in parts {
-                    let dg = &mut dgamma[p];
-                    dg.cond += cond * SAFE;
-                    dg.mag += mag * SAFE;
-                    dg.mag2 += mag2 * SAFE;
-                    dbeta[p].cond += sdy * SAFE;
-                    dbeta[p].mag += sdy * SAFE;
-                }
+                add_parts(&bg.parts, &mut dgamma, &mut dbeta);
             })?;
+            for b in dgamma.iter_mut().chain(dbeta.iter_mut()) {
+                nan_to_inf(b);
+            }
             out.outputs.insert("dx", dx);
             out.gate.insert("dx", k_cells);
             if norm.affine.has_weight() {
@@ -407,15 +525,6 @@ pub fn family_budgets(prob: &FamilyProblem<'_>) -> Result<FamilyBudgets, SpecErr
             if norm.affine.has_bias() {
                 out.outputs.insert("dbeta", dbeta);
                 out.gate.insert("dbeta", k_params);
-            }
-        }
-    }
-    for v in out.outputs.values_mut() {
-        for b in v.iter_mut() {
-            for f in [&mut b.cond, &mut b.mag, &mut b.mag2] {
-                if f.is_nan() {
-                    *f = f64::INFINITY;
-                }
             }
         }
     }

@@ -449,8 +449,16 @@ pub fn golden_to_dir(path: &Path, lim: &InputLimits, dir: &Path) -> Result<()> {
 /// file, else `core` and `user`; `eps` the f64 a kernel reads), refused when ill-posed in its
 /// dtype; the kernel's outputs `DIR/<output>.npy` read as a suite case's `out/` (the optional
 /// statistics may be absent; `DIR/error`, `DIR/unsupported`), judged as a suite case is. A
-/// bad case file is an error naming the field; a bad or missing output is a verdict.
-pub fn judge_user_case(case: &Path, dir: &Path, lim: &InputLimits) -> Result<FamilyJudged> {
+/// bad case file is an error naming the field; a bad or missing output is a verdict. A large
+/// case of layout `last` is judged in one pass over its rows
+/// ([`judge_last`](crate::judge::family_rows::judge_last)), the same result; a failing case
+/// is prepared in full when `keep_failing` (its preparation kept, for the diagnosis).
+pub fn judge_user_case(
+    case: &Path,
+    dir: &Path,
+    lim: &InputLimits,
+    keep_failing: bool,
+) -> Result<FamilyJudged> {
     let sc = user_suite_case(case, lim)?;
     if !dir.is_dir() {
         return Err(ConfError::field(
@@ -458,13 +466,22 @@ pub fn judge_user_case(case: &Path, dir: &Path, lim: &InputLimits) -> Result<Fam
             format!("{}: not a directory", dir.display()),
         ));
     }
+    let written = read_out_dir(dir, &dir.display().to_string(), &sc.case);
+    let mut out = FamilyJudged::default();
+    if let FamilyWritten::Outputs(got, ng) = &written {
+        if let Some(r) = crate::judge::family_rows::judge_last(&sc, got) {
+            if r.verdict == Verdict::Pass || !keep_failing {
+                if !ng.is_empty() {
+                    out.not_given.push((r.id.clone(), ng.clone()));
+                }
+                out.results.push(r);
+                return Ok(out);
+            }
+        }
+    }
     let p = crate::judge::family::prepare_family_owned(sc)
         .map_err(|e| ConfError::field("inputs", e.to_string()))?;
-    let (r, ng, got) = judge_one(
-        &p,
-        read_out_dir(dir, &dir.display().to_string(), &p.case.case),
-    );
-    let mut out = FamilyJudged::default();
+    let (r, ng, got) = judge_one(&p, written);
     if !ng.is_empty() {
         out.not_given.push((r.id.clone(), ng));
     }

@@ -13,6 +13,7 @@ use super::level::{Level, Precision};
 use super::rng::{to_dtype, Rng};
 use crate::fast::acc::SuperAcc;
 use crate::fast::family::family_fast_in;
+use crate::par::*;
 use crate::precision::family_budget::{family_budgets, FamilyProblem};
 use bnconf_impl::family::{Affine, Family, FamilyCase, FamilyLayout, FamilyOp, RmsConvention};
 use bnconf_impl::Dtype;
@@ -592,7 +593,19 @@ pub fn family_ill_posed(case: &FamilyCase) -> Option<String> {
 /// [`family_ill_posed`], each group decided first by [`quick_ill_posed`] when `quick`, else
 /// exactly throughout (the same answer: tested).
 fn ill_posed_with(case: &FamilyCase, quick: bool) -> Option<String> {
-    let g = match spec_grouping(case) {
+    // Layout `last`: the groups are the contiguous rows, read in place (the grouping of the
+    // whole case is not built; spec's checks of its fields run on one row's shape).
+    let rows = crate::fast::family::last_row_len(case);
+    let g = match rows {
+        Some(_) => {
+            let nd = case.normalized_ndim.unwrap_or(1);
+            let mut one = vec![1; case.shape.len() - nd];
+            one.extend_from_slice(&case.shape[case.shape.len() - nd..]);
+            spec::Grouping::last(&one, nd).map(|_| None)
+        }
+        None => spec_grouping(case).map(Some),
+    };
+    let g = match g {
         Ok(g) => g,
         Err(e) => return Some(format!("invalid: {e}")),
     };
@@ -600,60 +613,91 @@ fn ill_posed_with(case: &FamilyCase, quick: bool) -> Option<String> {
     let p = format_of(case.dtype).precision();
     let u = Rational::new(1.into(), num_bigint::BigInt::from(1u8) << p);
     let u_f = 0.5f64.powi(p as i32);
-    let two = Rational::from_integer(2.into());
-    let one = Rational::from_integer(1.into());
-    let zero = Rational::from_integer(0.into());
     let eps = f64_to_rational(case.eps)?;
     let xs = case.inputs.get("x")?;
-    for (gi, cells) in g.groups().iter().enumerate() {
-        if quick && cells.len() >= QUICK_MIN_CELLS {
-            let xf: Vec<f64> = cells.iter().map(|&i| xs[i]).collect();
-            match quick_ill_posed(&xf, centred, u_f, &eps) {
-                Some(None) => continue,
-                Some(Some(why)) => return Some(format!("group {gi}: {why}")),
+    // `None`: well-posed; `Some(Some(reason))`: ill-posed; `Some(None)`: an input not
+    // finite, where the decision stops (no reason).
+    let group = |gi: usize, xf: &[f64]| -> Option<Option<String>> {
+        if quick && xf.len() >= QUICK_MIN_CELLS {
+            match quick_ill_posed(xf, centred, u_f, &eps) {
+                Some(None) => return None,
+                Some(Some(why)) => return Some(Some(format!("group {gi}: {why}"))),
                 None => {} // undecided: exactly, below
             }
         }
-        let x: Vec<Rational> = cells
-            .iter()
-            .map(|&i| f64_to_rational(xs[i]))
-            .collect::<Option<_>>()?;
-        let m = Rational::from_integer((x.len() as i64).into());
-        let mean = if centred {
-            x.iter().fold(zero.clone(), |s, v| s + v) / &m
+        match exact_ill_posed(xf, centred, &u, &eps) {
+            None => Some(None),
+            Some(None) => None,
+            Some(Some(why)) => Some(Some(format!("group {gi}: {why}"))),
+        }
+    };
+    // Groups in parallel; the first group that decides, in order, is the answer.
+    let first = match (rows, g) {
+        (Some(k), _) => xs
+            .par_chunks(k)
+            .enumerate()
+            .find_map_first(|(gi, xf)| group(gi, xf)),
+        (None, Some(g)) => g
+            .groups()
+            .par_iter()
+            .enumerate()
+            .find_map_first(|(gi, cells)| {
+                let xf: Vec<f64> = cells.iter().map(|&i| xs[i]).collect();
+                group(gi, &xf)
+            }),
+        (None, None) => unreachable!("a grouping where the rows are not contiguous"),
+    };
+    first.flatten()
+}
+
+/// [`family_ill_posed`]'s exact decision for one group's cells `xs`: `Some(Some(reason))`
+/// ill-posed, `Some(None)` well-posed, `None` for an input that is not finite.
+fn exact_ill_posed(
+    xs: &[f64],
+    centred: bool,
+    u: &Rational,
+    eps: &Rational,
+) -> Option<Option<&'static str>> {
+    let two = Rational::from_integer(2.into());
+    let one = Rational::from_integer(1.into());
+    let zero = Rational::from_integer(0.into());
+    let x: Vec<Rational> = xs
+        .iter()
+        .map(|&v| f64_to_rational(v))
+        .collect::<Option<_>>()?;
+    let m = Rational::from_integer((x.len() as i64).into());
+    let mean = if centred {
+        x.iter().fold(zero.clone(), |s, v| s + v) / &m
+    } else {
+        zero.clone()
+    };
+    let (mut ss, mut cond, mut worst) = (zero.clone(), zero.clone(), zero.clone());
+    for v in &x {
+        let d = v - &mean;
+        ss += &d * &d;
+        let t = if centred { (&d * v).abs() } else { v * v };
+        cond += &two * &t / &m;
+        let mv = if centred {
+            &two * u * &t / &m + u * u * v * v * (&m - &one) / (&m * &m)
         } else {
-            zero.clone()
+            (&two * u + u * u) * &t / &m
         };
-        let (mut ss, mut cond, mut worst) = (zero.clone(), zero.clone(), zero.clone());
-        for v in &x {
-            let d = v - &mean;
-            ss += &d * &d;
-            let t = if centred { (&d * v).abs() } else { v * v };
-            cond += &two * &t / &m;
-            let mv = if centred {
-                &two * &u * &t / &m + &u * &u * v * v * (&m - &one) / (&m * &m)
-            } else {
-                (&two * &u + &u * &u) * &t / &m
-            };
-            if mv > worst {
-                worst = mv;
-            }
-        }
-        let q = ss / &m + &eps;
-        if q <= zero {
-            return Some(format!("group {gi}: q = var + eps ≤ 0"));
-        }
-        let half = &q / &two;
-        if &u * &cond >= half {
-            return Some(format!("group {gi}: u·cond_q ≥ q/2"));
-        }
-        if worst >= half {
-            return Some(format!(
-                "group {gi}: one input's relative move of u moves q by ≥ q/2"
-            ));
+        if mv > worst {
+            worst = mv;
         }
     }
-    None
+    let q = ss / &m + eps;
+    if q <= zero {
+        return Some(Some("q = var + eps ≤ 0"));
+    }
+    let half = &q / &two;
+    if u * &cond >= half {
+        return Some(Some("u·cond_q ≥ q/2"));
+    }
+    if worst >= half {
+        return Some(Some("one input's relative move of u moves q by ≥ q/2"));
+    }
+    Some(None)
 }
 
 /// Groups from which [`family_ill_posed`] first decides in f64 with a rigorous error bound
