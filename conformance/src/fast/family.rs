@@ -38,7 +38,6 @@ use super::family_rows::{
     block_best, decide, DbetaPart, DgammaPart, RowBuckets, RowDd, RowWeights, Scratch,
 };
 use crate::par::*;
-use bnconf_impl::family::vocab::is_family_activation;
 use bnconf_impl::family::{FamilyCase, FamilyLayout, Grouping, RmsConvention};
 use bnconf_spec::exact::roots::SumOfRoots;
 use bnconf_spec::exact::round::{f64_to_rational, round, FloatFormat};
@@ -225,54 +224,15 @@ fn fast_outputs(
 }
 
 /// `Some(K)` exactly when `case` is of layout `last` and `case.validate()` passes, decided
-/// without building its grouping (2 × 8 bytes per cell): row `r` is then cells `r·K … r·K +
-/// K − 1` and cell `r·K + j` uses parameter `j` (`Grouping::last`). What `validate` checks
-/// depends on the batch extents and on the lengths of `x`, `dy` only through the cell count
-/// (no extent 0, no overflow) and those lengths equalling it; both are checked here, and the
-/// rest by validating a probe with every batch extent 1 and `x`, `dy` cut to one row, which
-/// passes exactly when the case's other checks do.
+/// without building its grouping (2 × 8 bytes per cell: `FamilyCase::check`): row `r` is
+/// then cells `r·K … r·K + K − 1` and cell `r·K + j` uses parameter `j` (`Grouping::last`).
 pub fn last_row_len(case: &FamilyCase) -> Option<usize> {
     if case.layout != FamilyLayout::Last {
         return None;
     }
+    case.check().ok()?;
     let nd = case.normalized_ndim?;
-    if !(1..=3).contains(&nd) || case.shape.len() <= nd {
-        return None;
-    }
-    let n = case.shape.iter().try_fold(1usize, |a, &d| match d {
-        0 => None,
-        d => a.checked_mul(d),
-    })?;
-    let batch = case.shape.len() - nd;
-    let k: usize = case.shape[batch..].iter().product();
-    let mut inputs = BTreeMap::new();
-    for (name, v) in &case.inputs {
-        let v = if is_family_activation(name) {
-            if v.len() != n {
-                return None;
-            }
-            v[..k].to_vec()
-        } else {
-            v.clone()
-        };
-        inputs.insert(name.clone(), v);
-    }
-    let mut shape = vec![1; batch];
-    shape.extend_from_slice(&case.shape[batch..]);
-    let probe = FamilyCase {
-        op: case.op,
-        layout: case.layout,
-        shape,
-        dtype: case.dtype,
-        param_dtype: case.param_dtype,
-        eps: case.eps,
-        normalized_ndim: case.normalized_ndim,
-        groups: case.groups,
-        affine: case.affine,
-        convention: case.convention,
-        inputs,
-    };
-    probe.validate().ok().map(|_| k)
+    Some(case.shape[case.shape.len() - nd..].iter().product())
 }
 
 /// What the rows of a layout-`last` case (`k` cells each) are read with: the affine

@@ -242,3 +242,23 @@ pub fn dbeta_approx(exact: &Rational) -> (DD, f64) {
 pub fn decided(v: DD, err: f64, f: bnconf_spec::exact::round::FloatFormat) -> Option<f64> {
     decide(v, err, f)
 }
+
+thread_local! {
+    /// Each thread's buckets for [`square_sums`] (made once: they are 40 KB).
+    static BUCKETS: std::cell::RefCell<RowBuckets> = std::cell::RefCell::new(RowBuckets::default());
+}
+
+/// `(Σx, Σx²)` of a group's cells exactly: float32 data of 64 cells or more as integer
+/// mantissa sums per exponent (as a row's sums are formed), other data in superaccumulators.
+pub fn square_sums(x: &[f64]) -> (Rational, Rational) {
+    if x.len() >= 64 && x.iter().all(|&v| (v as f32) as f64 == v) {
+        let acc = BUCKETS.with(|b| b.borrow_mut().row_sums(x, None));
+        return (acc.s1.to_rational(), acc.s2.to_rational());
+    }
+    let (mut s1, mut s2) = (SuperAcc::new(), SuperAcc::new());
+    for &v in x {
+        s1.add(v);
+        s2.add_product(v, v);
+    }
+    (s1.to_rational(), s2.to_rational())
+}

@@ -502,7 +502,7 @@ fn for_each_input(
 
 /// The case with its inputs validated (an input's error named `inputs.<name>`).
 fn validate_inputs(case: &FamilyCase) -> Result<()> {
-    case.validate().map(|_| ()).map_err(|e| {
+    case.check().map_err(|e| {
         let f = if case.inputs.contains_key(&e.field) {
             format!("inputs.{}", e.field)
         } else {

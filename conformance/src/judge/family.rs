@@ -444,10 +444,22 @@ pub(crate) fn fast_ratio(
     u: f64,
     k: f64,
 ) -> Option<f64> {
+    fast_ratio_of_total(approx, computed, b.total(u), u, k)
+}
+
+/// [`fast_ratio`] from the budget's total (`ElementBudget::total(u)`, formed once by a caller
+/// that needs it too).
+#[inline(always)]
+pub(crate) fn fast_ratio_of_total(
+    approx: (DD, f64),
+    computed: f64,
+    total: f64,
+    u: f64,
+    k: f64,
+) -> Option<f64> {
     if !computed.is_finite() {
         return Some(f64::INFINITY);
     }
-    let total = b.total(u);
     if !(total.is_finite() && total > 0.0) || computed.abs() > 2f64.powi(1000) {
         return None;
     }

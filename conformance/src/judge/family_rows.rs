@@ -6,7 +6,7 @@
 //! [`FamilyPrepared::judge`](super::family::FamilyPrepared::judge)'s, bit for bit: the same
 //! budgets, the same double-doubles and bounds, the same exact fallbacks (tested equal).
 
-use super::family::{fast_ratio, output_result, FAMILY_FAST_MIN_LEN};
+use super::family::{fast_ratio, fast_ratio_of_total, output_result, FAMILY_FAST_MIN_LEN};
 use super::verdict::{allowed_rel_of, CaseResult, OutputResult, Verdict};
 use crate::fast::dd::DD;
 use crate::fast::family::stat_approx;
@@ -14,7 +14,7 @@ use crate::fast::family_last::{
     dbeta_approx, decided, LastRow, LastRows, LastScratch, LastSums, LAST_CHUNK_ROWS,
 };
 use crate::par::*;
-use crate::precision::budget::ElementBudget;
+use crate::precision::budget::{underflow, ElementBudget};
 use crate::precision::family_budget::{
     add_parts, backward_group, element_ratio_roots, forward_group, gates, nan_to_inf, GroupCtx,
 };
@@ -53,14 +53,15 @@ impl Fold {
         allowed: 0.0,
     };
 
+    /// Element `i`: its ratio, budget and the budget's total (`b.total(u)`).
     #[inline(always)]
-    fn push(&mut self, i: usize, ratio: f64, b: &ElementBudget, k: f64, u: f64) {
+    fn push(&mut self, i: usize, ratio: f64, b: &ElementBudget, total: f64, k: f64, u: f64) {
         let key = if ratio.is_nan() { f64::INFINITY } else { ratio };
         if key > self.key {
             (self.worst, self.key, self.budget) = (i, key, *b);
         }
         self.n_over += (key > k) as usize;
-        self.allowed = self.allowed.max(k * u * b.total(u));
+        self.allowed = self.allowed.max(k * u * total);
     }
 
     /// Fold the elements after these.
@@ -134,6 +135,7 @@ pub fn judge_last(
     let (k_cells, k_params) = gates(k, rows);
     let u_of = |name: &str| format_of(c.dtype_of(name)).unit_roundoff();
     let u = u_of(cell);
+    let und = underflow(u) / u;
     let vals = computed[cell].as_slice();
     let want_mean = computed.get("mean").map(Vec::as_slice);
     let want_rstd = computed.get("rstd").map(Vec::as_slice);
@@ -181,6 +183,7 @@ pub fn judge_last(
             let vr = &vals[r * k..(r + 1) * k];
             for j in 0..k {
                 let b = &budgets[j];
+                let total = b.total_given(u, und);
                 let approx = (
                     DD {
                         hi: vh[j],
@@ -188,9 +191,9 @@ pub fn judge_last(
                     },
                     err[j],
                 );
-                let ratio = fast_ratio(approx, vr[j], b, u, k_cells)
+                let ratio = fast_ratio_of_total(approx, vr[j], total, u, k_cells)
                     .unwrap_or_else(|| b.ratio(vr[j], &lr.cell_exact(r, &row, j), u));
-                out.cells.push(r * k + j, ratio, b, k_cells, u);
+                out.cells.push(r * k + j, ratio, b, total, k_cells, u);
             }
         }
         Some(out)

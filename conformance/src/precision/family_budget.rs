@@ -55,7 +55,7 @@
 
 use super::budget::{
     c1_error, eb, iv_of_f64, k_allowance, ldexp, mean_sq, rsqrt_iv, scale_exponent, scale_q,
-    scaled, sum_f, sum_iv, ElementBudget, Iv, SAFE,
+    scaled, sum_iv, sum_iv_by, ElementBudget, Iv, SAFE,
 };
 use crate::par::*;
 use bnconf_spec::exact::roots::SumOfRoots;
@@ -152,15 +152,28 @@ fn group_terms(
     let centred = norm.centering == Centering::Mean;
     let se = scale_exponent(xs, eps);
     // x/2^e and eps/2^2e, rounded where they leave the normal range: iv_of_f64's absolute
-    // term (2^-1072) encloses that rounding.
-    let x: Vec<Iv> = xs.iter().map(|&v| iv_of_f64(ldexp(v, -se))).collect();
+    // term (2^-1072) encloses that rounding. Each pass below forms every term as the
+    // module's formulas do and adds the sums' terms in their order (sequential sums in cell
+    // order, `sum_iv`'s tree): the same values, without a vector per intermediate.
+    let n = xs.len();
+    let (mut x, mut ax) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let mut x1 = 0.0;
+    for &v in xs {
+        let e = iv_of_f64(ldexp(v, -se));
+        let a = e.up();
+        x.push(e);
+        ax.push(a);
+        x1 += a;
+    }
     let eps = ldexp(eps, -2 * se);
-    let m = x.len() as f64;
-    let ax: Vec<f64> = x.iter().map(|e| e.up()).collect();
-    let x1 = sum_f(ax.iter().copied()) / m;
+    let m = n as f64;
+    let x1 = x1 / m;
     let mu = if centred { sum_iv(&x).div(m) } else { Iv::ZERO };
-    let d: Vec<Iv> = x.iter().map(|e| e.sub(mu)).collect();
-    let var = sum_iv(&d.iter().map(|e| e.mul(*e)).collect::<Vec<_>>()).div(m);
+    let var = sum_iv_by(0, n, &|i| {
+        let d = x[i].sub(mu);
+        d.mul(d)
+    })
+    .div(m);
     let r = match rsqrt_iv(var.add(iv_of_f64(eps))) {
         Some(r) => r,
         None => {
@@ -184,14 +197,23 @@ fn group_terms(
             })
         }
     };
-    let h: Vec<Iv> = d.iter().map(|e| e.mul(r)).collect();
-    let ah: Vec<f64> = h.iter().map(|e| e.up()).collect();
-    let ad: Vec<f64> = d.iter().map(|e| e.up()).collect();
+    let (mut h, mut ah) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut hx, mut dd, mut dx) = (0.0, 0.0, 0.0);
+    for i in 0..n {
+        let d = x[i].sub(mu);
+        let hi = d.mul(r);
+        let (a, ad) = (hi.up(), d.up());
+        h.push(hi);
+        ah.push(a);
+        hx += a * ax[i];
+        dd += ad * ad;
+        dx += ad * ax[i];
+    }
     Ok(GroupTerms {
         m,
-        hx: sum_f(ah.iter().zip(&ax).map(|(a, b)| a * b)) / m,
-        dd: sum_f(ad.iter().map(|a| a * a)) / m,
-        dx: sum_f(ad.iter().zip(&ax).map(|(a, b)| a * b)) / m,
+        hx: hx / m,
+        dd: dd / m,
+        dx: dx / m,
         dk: if centred { mean_sq(xs.len(), x1) } else { 0.0 },
         c: if centred { 1.0 } else { 0.0 },
         ru: r.up(),
@@ -354,47 +376,67 @@ pub fn backward_group(
     let t = group_terms(gi, xs, norm, ctx.eps, ctx.eps_q)?;
     let (ru, r2) = (t.ru, t.ru * t.ru);
     let m = t.m;
-    let dyv: Vec<Iv> = dys.iter().map(|&d| iv_of_f64(d)).collect();
-    let ady: Vec<f64> = dyv.iter().map(|v| v.up()).collect();
-    let ws: Vec<(Iv, f64)> = (0..xs.len())
-        .map(|j| weight(norm, ctx.gamma, param(j)))
-        .collect();
-    let e: Vec<Iv> = dyv.iter().zip(&ws).map(|(d, (w, _))| d.mul(*w)).collect();
-    let ae: Vec<f64> = e.iter().map(|v| v.up()).collect();
-    let ge: Vec<f64> = ady.iter().zip(&ws).map(|(d, (_, ga))| d * ga).collect();
+    let n = xs.len();
+    // A cell's `dy` enclosure, `e = dy·w` and `|gamma|`.
+    let cell = |j: usize| {
+        let dyv = iv_of_f64(dys[j]);
+        let (w, ga) = weight(norm, ctx.gamma, param(j));
+        (dyv, dyv.mul(w), ga)
+    };
+    // Pass 1: `e`, `|e|`, `|γdy|`, and the sums of |e|, |h·e|, |γdy|, |h·γdy|, |e·x| (cell
+    // order).
+    let (mut e, mut ae, mut ge) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut e1, mut he, mut g1, mut hg, mut ex) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for j in 0..n {
+        let (dyv, ej, ga) = cell(j);
+        let (aej, gej) = (ej.up(), dyv.up() * ga);
+        e1 += aej;
+        he += t.ah[j] * aej;
+        g1 += gej;
+        hg += t.ah[j] * gej;
+        ex += aej * t.ax[j];
+        e.push(ej);
+        ae.push(aej);
+        ge.push(gej);
+    }
+    let (e1, he, g1, hg, ex) = (e1 / m, he / m, g1 / m, hg / m, ex / m);
     let a = if centred { sum_iv(&e).div(m) } else { Iv::ZERO };
-    let eh: Vec<Iv> = e.iter().zip(&t.h).map(|(p, q)| p.mul(*q)).collect();
-    let bb = sum_iv(&eh).div(m);
-    let z: Vec<Iv> = (0..xs.len())
-        .map(|j| e[j].sub(a).sub(t.h[j].mul(bb)))
-        .collect();
-    let az: Vec<f64> = z.iter().map(|v| v.up()).collect();
+    let bb = sum_iv_by(0, n, &|j| e[j].mul(t.h[j])).div(m);
+    // Pass 2: `|z|` and the sum of |z·x|.
+    let mut az = Vec::with_capacity(n);
+    let mut zx = 0.0;
+    for ((ej, hj), xj) in e.iter().zip(&t.h).zip(&t.ax) {
+        let a_z = ej.sub(a).sub(hj.mul(bb)).up();
+        zx += a_z * xj;
+        az.push(a_z);
+    }
+    let zx = zx / m;
     let (au, bu) = (a.up(), bb.up());
-    let e1 = sum_f(ae.iter().copied()) / m;
-    let he = sum_f(t.ah.iter().zip(&ae).map(|(p, q)| p * q)) / m;
-    let g1 = sum_f(ge.iter().copied()) / m;
-    let hg = sum_f(t.ah.iter().zip(&ge).map(|(p, q)| p * q)) / m;
-    let zx = sum_f(az.iter().zip(&t.ax).map(|(p, q)| p * q)) / m;
-    let ex = sum_f(ae.iter().zip(&t.ax).map(|(p, q)| p * q)) / m;
     let c = t.c;
-    let dx: Vec<ElementBudget> = (0..xs.len())
+    // Pass 3: each cell's budget.
+    let dx: Vec<ElementBudget> = (0..n)
         .map(|j| {
+            let (ae, ge, az) = (ae[j], ge[j], az[j]);
             let h = t.ah[j];
-            let cond_dy = ru * (ae[j] + c * e1 + h * he);
-            let cond_g = ru * (ge[j] + c * g1 + h * hg);
+            let cond_dy = ru * (ae + c * e1 + h * he);
+            let cond_g = ru * (ge + c * g1 + h * hg);
             let cond_x = if centred {
-                r2 * (az[j] * t.hx + h * zx + bu * (t.ax[j] + t.x1 + h * t.hx))
+                r2 * (az * t.hx + h * zx + bu * (t.ax[j] + t.x1 + h * t.hx))
             } else {
-                r2 * (ae[j] * t.hx + h * ex + bu * (t.ax[j] + 3.0 * h * t.hx))
+                r2 * (ae * t.hx + h * ex + bu * (t.ax[j] + 3.0 * h * t.hx))
             };
             let (mag, mag2) = if centred {
                 (
-                    ru * (ae[j] + e1 + h * he + t.x1 * ru * (he + h * e1)),
-                    t.dk * r2 * ru * ((ae[j] + au + 3.0 * h * bu) / 2.0 + au),
+                    ru * (ae + e1 + h * he + t.x1 * ru * (he + h * e1)),
+                    t.dk * r2 * ru * ((ae + au + 3.0 * h * bu) / 2.0 + au),
                 )
             } else {
                 (
-                    ru * (ae[j] + h * he) + ru * r2 * t.dd / 2.0 * (ae[j] + 3.0 * h * he),
+                    ru * (ae + h * he) + ru * r2 * t.dd / 2.0 * (ae + 3.0 * h * he),
                     0.0,
                 )
             };
@@ -410,15 +452,17 @@ pub fn backward_group(
     // added in order).
     type Part = (Iv, Iv, f64, f64, f64);
     let add = |s: &mut Part, j: usize| {
-        s.0 = s.0.add(dyv[j]);
-        s.1 = s.1.add(dyv[j].mul(t.h[j]));
-        s.2 += ady[j] * t.ah[j];
-        s.3 += ady[j] * t.ax[j];
-        s.4 += ady[j];
+        let dyv = iv_of_f64(dys[j]);
+        let ady = dyv.up();
+        s.0 = s.0.add(dyv);
+        s.1 = s.1.add(dyv.mul(t.h[j]));
+        s.2 += ady * t.ah[j];
+        s.3 += ady * t.ax[j];
+        s.4 += ady;
     };
     let zero: Part = (Iv::ZERO, Iv::ZERO, 0.0, 0.0, 0.0);
     let sums: Vec<(usize, Part)> = if distinct {
-        (0..xs.len())
+        (0..n)
             .map(|j| {
                 let mut s = zero;
                 add(&mut s, j);
@@ -427,7 +471,7 @@ pub fn backward_group(
             .collect()
     } else {
         let mut part: BTreeMap<usize, Part> = BTreeMap::new();
-        for j in 0..xs.len() {
+        for j in 0..n {
             add(part.entry(param(j)).or_insert(zero), j);
         }
         part.into_iter().collect()

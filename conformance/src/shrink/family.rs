@@ -141,7 +141,7 @@ pub fn group_channels(c: usize, groups: usize, gs: &[usize], js: &[usize]) -> Ve
 /// A candidate is judged only when its fields are valid and it is not ill-posed in its dtype
 /// (the rule of the suites).
 pub fn valid(case: &FamilyCase) -> bool {
-    case.validate().is_ok() && crate::suite::family::family_ill_posed(case).is_none()
+    case.check().is_ok() && crate::suite::family::family_ill_posed(case).is_none()
 }
 
 /// The group (group_norm) of element `index` of output `name` in `case` (0 for layout `last`).

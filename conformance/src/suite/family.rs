@@ -11,7 +11,6 @@
 use super::family_sharp::family_non_discriminating;
 use super::level::{Level, Precision};
 use super::rng::{to_dtype, Rng};
-use crate::fast::acc::SuperAcc;
 use crate::fast::family::family_fast_in;
 use crate::par::*;
 use crate::precision::family_budget::{family_budgets, FamilyProblem};
@@ -725,12 +724,7 @@ fn quick_ill_posed(
     }
     let k = x.len() as f64;
     let kr = Rational::from_integer((x.len() as i64).into());
-    let (mut s1, mut s2) = (SuperAcc::new(), SuperAcc::new());
-    for &v in x {
-        s1.add(v);
-        s2.add_product(v, v);
-    }
-    let (s1, s2) = (s1.to_rational(), s2.to_rational());
+    let (s1, s2) = crate::fast::family_last::square_sums(x);
     let (mean, q) = if centred {
         let mean = &s1 / &kr;
         let var = (&kr * &s2 - &s1 * &s1) / (&kr * &kr);
@@ -749,9 +743,9 @@ fn quick_ill_posed(
     // |mean − mean_f| ≤ ulp/2; each d = fl(x − mean_f) within δ + 2^-52·|d| of x − mean.
     const E: f64 = 2.220446049250313e-16; // 2^-52
     let delta = mean_f.abs() * E;
-    let (mut cond, mut sum_x, mut worst_hi, mut worst_lo) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
     let w2 = u * u * (k - 1.0) / (k * k);
-    for &v in x {
+    // Per cell: its term of cond_q, |x|, and the upper and lower bounds of its move.
+    let cell = |v: f64| -> [f64; 4] {
         let ax = v.abs();
         let t = if centred {
             (
@@ -761,19 +755,41 @@ fn quick_ill_posed(
         } else {
             (ax * ax, 0.0)
         };
-        cond += t.0;
-        sum_x += ax;
         let (mv, mv_err) = if centred {
             (2.0 * u * t.0 / k + w2 * ax * ax, 2.0 * u * t.1 / k)
         } else {
             ((2.0 * u + u * u) * t.0 / k, 0.0)
         };
         let mv_err = mv_err + mv * 8.0 * E;
-        worst_hi = worst_hi.max(mv + mv_err);
-        worst_lo = worst_lo.max(mv - mv_err);
+        [t.0, ax, mv + mv_err, mv - mv_err]
+    };
+    // Four lanes of sums (the f64 sum's bound below holds in any order) and maxima.
+    const L: usize = 4;
+    let mut acc = [[0.0f64; L]; 4];
+    let lanes = x.chunks_exact(L);
+    let rest = lanes.remainder();
+    for ch in lanes {
+        for l in 0..L {
+            let c = cell(ch[l]);
+            acc[0][l] += c[0];
+            acc[1][l] += c[1];
+            acc[2][l] = acc[2][l].max(c[2]);
+            acc[3][l] = acc[3][l].max(c[3]);
+        }
     }
-    // cond_q = (2/K)·Σ|d·x|: each term within its δ-part and 2 roundings, the f64 sum within
-    // (K + 1)·2^-52 of the sum of its terms.
+    for &v in rest {
+        let c = cell(v);
+        acc[0][0] += c[0];
+        acc[1][0] += c[1];
+        acc[2][0] = acc[2][0].max(c[2]);
+        acc[3][0] = acc[3][0].max(c[3]);
+    }
+    let sum = |a: [f64; L]| (a[0] + a[1]) + (a[2] + a[3]);
+    let max = |a: [f64; L]| a[0].max(a[1]).max(a[2]).max(a[3]);
+    let (cond, sum_x) = (sum(acc[0]), sum(acc[1]));
+    let (worst_hi, worst_lo) = (max(acc[2]), max(acc[3]));
+    // cond_q = (2/K)·Σ|d·x|: each term within its δ-part and 2 roundings, the f64 sum (in
+    // any order) within (K + 1)·2^-52 of the sum of its terms.
     let cond_err = 2.0 / k * (delta * sum_x + cond * (k + 4.0) * E);
     let cond = 2.0 * cond / k;
     let half = q_f / 2.0;

@@ -58,6 +58,17 @@ impl FamilyCase {
     /// `convention` (offset outside rms_norm), `param_dtype`, `eps`, or an input's name
     /// (missing, unexpected, wrong length).
     pub fn validate(&self) -> Result<Grouping, FamilyError> {
+        self.check()?;
+        // The grouping's own checks (its sizes) passed in `check`.
+        Ok(match (self.normalized_ndim, self.groups) {
+            (Some(k), _) => Grouping::last(&self.shape, k)?,
+            (_, groups) => Grouping::channels(self.layout, &self.shape, groups.unwrap_or(1))?,
+        })
+    }
+
+    /// [`Self::validate`]'s checks, the same errors, without building the grouping (two
+    /// words per cell).
+    pub fn check(&self) -> Result<(), FamilyError> {
         let family = self.op.family();
         let is_last = family != Family::GroupNorm;
         if is_last != (self.layout == FamilyLayout::Last) {
@@ -154,9 +165,6 @@ impl FamilyCase {
                 ),
             ));
         }
-        Ok(match (self.normalized_ndim, self.groups) {
-            (Some(k), _) => Grouping::last(&self.shape, k)?,
-            (_, groups) => Grouping::channels(self.layout, &self.shape, groups.unwrap_or(1))?,
-        })
+        Ok(())
     }
 }
