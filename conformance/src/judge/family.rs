@@ -554,9 +554,11 @@ pub fn diagnose_family(failing: &[FailingCase]) -> Vec<Diagnosis> {
         .map(|(p, ours, worst)| {
             bad.iter()
                 .map(|k| match k.run(&p.case.case) {
+                    // the element-wise comparison first: most kernels do not reproduce, and
+                    // then their outputs need not be judged
                     Ok(theirs) => {
-                        p.judge(&theirs).verdict == Verdict::Fail
-                            && reproduces_family(p, ours, &theirs, *worst)
+                        reproduces_family(p, ours, &theirs, *worst)
+                            && p.judge(&theirs).verdict == Verdict::Fail
                     }
                     Err(_) => false,
                 })

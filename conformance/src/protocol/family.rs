@@ -14,14 +14,14 @@ use crate::formats::family_case::{
 };
 use crate::formats::fsafe::read_regular_string;
 use crate::formats::npy::{read_npy_any, write_npy, NpyData};
-use crate::judge::family::{prepare_family_all, FailingCase, FamilyPrepared};
+use crate::judge::family::{prepare_family, FailingCase, FamilyPrepared};
 use crate::judge::verdict::{CaseResult, Verdict};
 use crate::par::*;
 use crate::suite::family::{family_goldens_exact, FamilySuite, FamilySuiteCase, Golden};
 use crate::suite::family_select::FamilySelection;
 use bnconf_impl::family::{FamilyCase, FamilyKernel};
 use bnconf_spec::exact::round::{round, FloatFormat};
-use bnconf_spec::QSqrt;
+use bnconf_spec::{QSqrt, SpecError};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -181,21 +181,36 @@ pub struct FamilyJudged {
 }
 
 /// Judge what a kernel wrote into `dir` for every case of `s` (a chunk of cases at a time:
-/// prepared, read, judged, dropped; the failing cases kept when `keep_failing`). The inputs
-/// are not verified here ([`verify_inputs`]).
+/// prepared, read, judged, dropped; the failing cases kept when `keep_failing`). A large case
+/// of layout `last` is judged in one pass over its rows without a preparation
+/// ([`judge_last`](crate::judge::family_rows::judge_last): the same result), and prepared
+/// only if it fails and `keep_failing`. The inputs are not verified here ([`verify_inputs`]).
 pub fn judge_dir(dir: &Path, s: &FamilySuite, keep_failing: bool) -> Result<FamilyJudged> {
     let mut out = FamilyJudged::default();
     for chunk in s.cases.chunks(JUDGE_CHUNK_CASES) {
-        let prepared = prepare_family_all(chunk)?;
-        let judged: Vec<Judged1> = prepared
+        let judged: Vec<std::result::Result<(Judged1, Option<FamilyPrepared>), SpecError>> = chunk
             .par_iter()
-            .map(|p| judge_one(p, read_written(dir, &p.case)))
+            .map(|c| {
+                let w = read_written(dir, c);
+                if let FamilyWritten::Outputs(got, ng) = w {
+                    if let Some(r) = crate::judge::family_rows::judge_last(c, &got) {
+                        let failing = keep_failing && r.verdict == Verdict::Fail;
+                        let p = failing.then(|| prepare_family(c)).transpose()?;
+                        return Ok(((r, ng, failing.then_some(got)), p));
+                    }
+                    let p = prepare_family(c)?;
+                    return Ok((judge_one(&p, FamilyWritten::Outputs(got, ng)), Some(p)));
+                }
+                let p = prepare_family(c)?;
+                Ok((judge_one(&p, w), Some(p)))
+            })
             .collect();
-        for (p, (r, ng, got)) in prepared.into_iter().zip(judged) {
+        for j in judged {
+            let ((r, ng, got), p) = j?;
             if !ng.is_empty() {
                 out.not_given.push((r.id.clone(), ng));
             }
-            if let (true, Verdict::Fail, Some(got)) = (keep_failing, &r.verdict, got) {
+            if let (true, Verdict::Fail, Some(got), Some(p)) = (keep_failing, &r.verdict, got, p) {
                 out.failing.push((p, got, r.worst_ratio));
             }
             out.results.push(r);
@@ -467,25 +482,33 @@ pub fn judge_user_case(
         ));
     }
     let written = read_out_dir(dir, &dir.display().to_string(), &sc.case);
+    let prepare = |sc: FamilySuiteCase| {
+        crate::judge::family::prepare_family_owned(sc)
+            .map_err(|e| ConfError::field("inputs", e.to_string()))
+    };
     let mut out = FamilyJudged::default();
-    if let FamilyWritten::Outputs(got, ng) = &written {
-        if let Some(r) = crate::judge::family_rows::judge_last(&sc, got) {
-            if r.verdict == Verdict::Pass || !keep_failing {
-                if !ng.is_empty() {
-                    out.not_given.push((r.id.clone(), ng.clone()));
-                }
-                out.results.push(r);
-                return Ok(out);
+    let judged = match written {
+        FamilyWritten::Outputs(got, ng) => match crate::judge::family_rows::judge_last(&sc, &got) {
+            Some(r) => {
+                let failing = keep_failing && r.verdict == Verdict::Fail;
+                let p = if failing { Some(prepare(sc)?) } else { None };
+                ((r, ng, failing.then_some(got)), p)
             }
+            None => {
+                let p = prepare(sc)?;
+                (judge_one(&p, FamilyWritten::Outputs(got, ng)), Some(p))
+            }
+        },
+        w => {
+            let p = prepare(sc)?;
+            (judge_one(&p, w), Some(p))
         }
-    }
-    let p = crate::judge::family::prepare_family_owned(sc)
-        .map_err(|e| ConfError::field("inputs", e.to_string()))?;
-    let (r, ng, got) = judge_one(&p, written);
+    };
+    let ((r, ng, got), p) = judged;
     if !ng.is_empty() {
         out.not_given.push((r.id.clone(), ng));
     }
-    if let (Verdict::Fail, Some(got)) = (&r.verdict, got) {
+    if let (Verdict::Fail, Some(got), Some(p)) = (&r.verdict, got, p) {
         out.failing.push((p, got, r.worst_ratio));
     }
     out.results.push(r);
