@@ -10,6 +10,7 @@ use crate::formats::case::{
     exact_scalar, read_input, read_npy_input, to_dtype, Dtype as CaseDtype, InputLimits,
 };
 use crate::formats::npy::{read_npy_any, NpyData};
+use crate::par::*;
 use bnconf_impl::family::grouping::{group_dims, last_counts};
 use bnconf_impl::family::{
     is_family_activation, Affine, Family, FamilyCase, FamilyError, FamilyLayout, FamilyOp, Named,
@@ -548,26 +549,37 @@ pub fn round_f64_to(x: f64, f: FloatFormat) -> f64 {
 fn round_values(
     field: &str,
     n: usize,
-    get: impl Fn(usize) -> f64,
+    get: impl Fn(usize) -> f64 + Sync,
     f: FloatFormat,
 ) -> Result<Vec<f64>> {
-    let mut out = Vec::with_capacity(n);
-    for i in 0..n {
+    // In parallel, a piece at a time; the first refused value in order is the error.
+    const PIECE: usize = 1 << 16;
+    let mut out = vec![0.0; n];
+    let first_bad = out
+        .par_chunks_mut(PIECE)
+        .enumerate()
+        .map(|(pi, o)| {
+            for (j, slot) in o.iter_mut().enumerate() {
+                let r = round_f64_to(get(pi * PIECE + j), f);
+                if !r.is_finite() {
+                    return Some(pi * PIECE + j);
+                }
+                *slot = r;
+            }
+            None
+        })
+        .collect::<Vec<Option<usize>>>()
+        .into_iter()
+        .flatten()
+        .next();
+    if let Some(i) = first_bad {
         let x = get(i);
-        if !x.is_finite() {
-            return Err(ConfError::field(
-                format!("{field}[{i}]"),
-                format!("non-finite value {x}"),
-            ));
-        }
-        let r = round_f64_to(x, f);
-        if !r.is_finite() {
-            return Err(ConfError::field(
-                format!("{field}[{i}]"),
-                format!("overflows {} (rounds to infinity)", f.name()),
-            ));
-        }
-        out.push(r);
+        let why = if !x.is_finite() {
+            format!("non-finite value {x}")
+        } else {
+            format!("overflows {} (rounds to infinity)", f.name())
+        };
+        return Err(ConfError::field(format!("{field}[{i}]"), why));
     }
     Ok(out)
 }
