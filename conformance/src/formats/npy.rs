@@ -313,14 +313,15 @@ fn read_npy_from(
     Ok((shape, read.data()))
 }
 
-/// [`read_npy_from`], elements of type `want` read straight into f64 ([`read_npy_any_as`]).
-fn read_npy_from_as(
-    mut r: impl Read,
+/// The preamble and header of npy data in `r`, which holds `file_len` bytes: the shape, the
+/// element type and the element count, every size checked against `file_len` and `max_elems`
+/// (the data that follows is exactly `n` elements of the type's width).
+fn read_head(
+    r: &mut impl Read,
     file_len: u64,
     max_elems: usize,
     half: bool,
-    direct: Option<Descr>,
-) -> std::result::Result<(Vec<usize>, NpyRead), String> {
+) -> std::result::Result<(Vec<usize>, Descr, usize), String> {
     let mut pre = [0u8; 12];
     r.read_exact(&mut pre[..8])
         .map_err(|e| format!("not an npy file: {e}"))?;
@@ -391,7 +392,29 @@ fn read_npy_from_as(
             data_len - want
         ));
     }
-    let n = n as usize;
+    let shape = shape.iter().map(|&d| d as usize).collect();
+    Ok((shape, descr, n as usize))
+}
+
+/// The end of npy data: a file that grew since its size was checked must still end here.
+fn check_end(r: &mut impl Read) -> std::result::Result<(), String> {
+    let mut extra = [0u8; 1];
+    match r.read(&mut extra) {
+        Ok(0) => Ok(()),
+        Ok(_) => Err("trailing bytes after the data (the file grew while being read)".into()),
+        Err(e) => Err(format!("unreadable data: {e}")),
+    }
+}
+
+/// [`read_npy_from`], elements of type `want` read straight into f64 ([`read_npy_any_as`]).
+fn read_npy_from_as(
+    mut r: impl Read,
+    file_len: u64,
+    max_elems: usize,
+    half: bool,
+    direct: Option<Descr>,
+) -> std::result::Result<(Vec<usize>, NpyRead), String> {
+    let (shape, descr, n) = read_head(&mut r, file_len, max_elems, half)?;
     let data = match (descr, direct == Some(descr)) {
         (Descr::F4, true) => {
             NpyRead::Values(read_elems(&mut r, n, |b| f32::from_le_bytes(b) as f64)?)
@@ -408,17 +431,46 @@ fn read_npy_from_as(
         (Descr::F2, _) => NpyRead::Data(NpyData::F16(read_elems(&mut r, n, f16::from_le_bytes)?)),
         (Descr::U2, _) => NpyRead::Data(NpyData::U16(read_elems(&mut r, n, u16::from_le_bytes)?)),
     };
-    // The size was checked; a file that grew since must still end here.
-    let mut extra = [0u8; 1];
-    match r.read(&mut extra) {
-        Ok(0) => {}
-        Ok(_) => {
-            return Err("trailing bytes after the data (the file grew while being read)".into())
-        }
-        Err(e) => return Err(format!("unreadable data: {e}")),
-    }
-    let shape = shape.iter().map(|&d| d as usize).collect();
+    check_end(&mut r)?;
     Ok((shape, data))
+}
+
+/// Pieces of [`visit_npy_any`].
+const VISIT_PIECE: usize = 8192;
+
+/// [`read_npy_any`]'s checks and errors, without holding the array: the elements are handed
+/// to `visit(first, piece)` in order, pieces of at most 8192 in their stored type (`first`:
+/// the index of the piece's first element). Returns the shape and the element count.
+pub fn visit_npy_any(
+    path: &Path,
+    max_elems: usize,
+    mut visit: impl FnMut(usize, &NpyData),
+) -> Result<(Vec<usize>, usize)> {
+    let cap = MAX_PREAMBLE + MAX_HEADER_BYTES as u64 + (max_elems as u64).saturating_mul(8);
+    let what = format!("an npy header and {max_elems} elements of at most 8 bytes");
+    let (f, file_len) = fsafe::open_regular(path, cap, &what)?;
+    let mut r = std::io::BufReader::new(f);
+    let mut go = || -> std::result::Result<(Vec<usize>, usize), String> {
+        let (shape, descr, n) = read_head(&mut r, file_len, max_elems, true)?;
+        let mut at = 0;
+        while at < n {
+            let k = (n - at).min(VISIT_PIECE);
+            let piece = match descr {
+                Descr::F4 => NpyData::F32(read_elems(&mut r, k, f32::from_le_bytes)?),
+                Descr::F8 => NpyData::F64(read_elems(&mut r, k, f64::from_le_bytes)?),
+                Descr::F2 => NpyData::F16(read_elems(&mut r, k, f16::from_le_bytes)?),
+                Descr::U2 => NpyData::U16(read_elems(&mut r, k, u16::from_le_bytes)?),
+            };
+            visit(at, &piece);
+            at += k;
+        }
+        check_end(&mut r)?;
+        Ok((shape, n))
+    };
+    go().map_err(|msg| ConfError::Npy {
+        path: path.display().to_string(),
+        msg,
+    })
 }
 
 /// `n` little-endian elements of `W` bytes each, read in chunks.
@@ -747,6 +799,66 @@ fn write_elems<T: Copy, const W: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `visit_npy_any` hands over exactly what `read_npy_any` reads, in pieces of at most
+    /// 8192 in order, and fails where it fails with the same error: a truncated file, trailing
+    /// bytes, a bad magic string, a header over the limit of elements, an unsupported dtype.
+    #[test]
+    fn visiting_a_file_is_reading_it_a_piece_at_a_time() {
+        let dir = std::env::temp_dir().join(format!("bnconf-visit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let n = 3 * VISIT_PIECE + 17;
+        let datas = [
+            NpyData::F32((0..n).map(|i| i as f32 * 0.25 - 7.0).collect()),
+            NpyData::F64((0..n).map(|i| (i as f64).sqrt()).collect()),
+            NpyData::F16((0..100).map(|i| half::f16::from_f64(i as f64)).collect()),
+            NpyData::U16((0..VISIT_PIECE as u16).collect()),
+        ];
+        for (k, d) in datas.iter().enumerate() {
+            let path = dir.join(format!("a{k}.npy"));
+            write_npy(&path, &[d.len()], d).unwrap();
+            let (shape, whole) = read_npy_any(&path, d.len()).unwrap();
+            let mut seen = vec![];
+            let mut firsts = vec![];
+            let (vshape, count) = visit_npy_any(&path, d.len(), |at, piece| {
+                assert!(piece.len() <= VISIT_PIECE && piece.dtype_name() == d.dtype_name());
+                firsts.push(at);
+                seen.extend((0..piece.len()).map(|i| piece.bf16_value(i).to_bits()));
+            })
+            .unwrap();
+            assert_eq!((vshape, count), (shape, d.len()));
+            let want: Vec<u64> = (0..whole.len())
+                .map(|i| whole.bf16_value(i).to_bits())
+                .collect();
+            assert_eq!(seen, want, "{}", d.dtype_name());
+            let expect_firsts: Vec<usize> = (0..d.len()).step_by(VISIT_PIECE).collect();
+            assert_eq!(firsts, expect_firsts);
+            // Over the limit: the same refusal.
+            let (a, b) = (
+                read_npy_any(&path, d.len() - 1).unwrap_err().to_string(),
+                visit_npy_any(&path, d.len() - 1, |_, _| {})
+                    .unwrap_err()
+                    .to_string(),
+            );
+            assert_eq!(a, b);
+        }
+        let good = dir.join("a0.npy");
+        let bytes = std::fs::read(&good).unwrap();
+        let variants: Vec<Vec<u8>> = vec![
+            bytes[..bytes.len() - 3].to_vec(),
+            [bytes.clone(), vec![0u8; 4]].concat(),
+            [b"\x93NUMPZ".to_vec(), bytes[6..].to_vec()].concat(),
+            bytes[..5].to_vec(),
+        ];
+        for (k, v) in variants.iter().enumerate() {
+            let path = dir.join(format!("bad{k}.npy"));
+            std::fs::write(&path, v).unwrap();
+            let a = read_npy_any(&path, n).unwrap_err().to_string();
+            let b = visit_npy_any(&path, n, |_, _| {}).unwrap_err().to_string();
+            assert_eq!(a, b, "variant {k}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// The whole-array conversions are the element ones, bit for bit, in every variant (with
     /// zeros of both signs, subnormals, infinities and NaN).

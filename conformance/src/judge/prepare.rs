@@ -116,7 +116,7 @@ fn fast_parts_of(c: &SuiteCase, fp: crate::fast::FastProblem) -> Option<FastPart
     let mut golden = Outputs::new();
     let mut approx = BTreeMap::new();
     for (&name, vals) in c.op.outputs()[1..].iter().zip(fc.channel_outputs()) {
-        approx.insert(name, vals.iter().map(Approx::new).collect());
+        approx.insert(name, vals.par_iter().map(Approx::new).collect());
         golden.insert(name, vals);
     }
     let locals = crate::judge::replicated::locals(c, &golden)

@@ -212,13 +212,17 @@ fn verify_made(dir: &Path, s: &Suite, c: &SuiteCase, fp: &crate::fast::FastProbl
             inputs.insert(name, d);
         }
     }
-    for (name, want) in inputs {
-        match want {
-            CellData::F32(v) => verify_input(&cd, &c.id, name, v, s)?,
-            CellData::F64(v) => verify_input(&cd, &c.id, name, v, s)?,
-        }
-    }
-    Ok(())
+    // Each file in parallel; the first error in the names' order.
+    let checked: Vec<Result<()>> = inputs
+        .into_iter()
+        .collect::<Vec<_>>()
+        .into_par_iter()
+        .map(|(name, want)| match want {
+            CellData::F32(v) => verify_input(&cd, &c.id, name, v, s),
+            CellData::F64(v) => verify_input(&cd, &c.id, name, v, s),
+        })
+        .collect();
+    checked.into_iter().collect()
 }
 
 /// The input file `cd/<name>.npy` holds exactly `want` (values of the suite's dtypes, here in
@@ -231,16 +235,19 @@ fn verify_input<T: Copy + Into<f64>>(
     s: &Suite,
 ) -> Result<()> {
     let path = cd.join(format!("{name}.npy"));
-    let (_, data) = read_npy_any(&path, want.len().max(1))?;
-    // (Element by element, as `decode` reads them: no copy of a large input.)
+    // (Element by element, as `decode` reads them, a piece of the file at a time: the file is
+    // never held whole; read to its end, so that its own errors come first.)
     let bits = |g: f64, w: T| g.to_bits() == w.into().to_bits();
-    let same = data.len() == want.len()
-        && match &data {
+    let mut same = true;
+    let (_, n) = crate::formats::npy::visit_npy_any(&path, want.len().max(1), |at, piece| {
+        let want = &want[at.min(want.len())..];
+        same &= match piece {
             NpyData::F32(v) => v.iter().zip(want).all(|(&g, &w)| bits(g as f64, w)),
             NpyData::F64(v) => v.iter().zip(want).all(|(&g, &w)| bits(g, w)),
-            _ => (0..want.len()).all(|i| bits(data.bf16_value(i), want[i])),
+            _ => (0..piece.len().min(want.len())).all(|i| bits(piece.bf16_value(i), want[i])),
         };
-    if !same {
+    })?;
+    if !same || n != want.len() {
         return Err(ConfError::field(
             format!("{rel}/{name}.npy"),
             format!("differs from suite {:?} as generated with seed {}: the inputs or the manifest were edited", s.name, s.seed),
@@ -317,8 +324,19 @@ fn judge_dir_in_chunks(
                 },
             )
             .collect();
+        // The input files checked (each case's files in parallel); the errors in the cases'
+        // order, as one by one.
+        let checked: Vec<Result<()>> = chunk
+            .par_iter()
+            .zip(&made)
+            .map(|(c, (ill, fp))| match (ill, fp) {
+                (true, _) => Ok(()),
+                (false, Some(fp)) => verify_made(dir, s, c, fp),
+                (false, None) => verify_case(dir, s, c),
+            })
+            .collect();
         let mut fps = Vec::with_capacity(made.len());
-        for (c, (ill, fp)) in chunk.iter().zip(made) {
+        for ((c, (ill, fp)), ok) in chunk.iter().zip(made).zip(checked) {
             if ill {
                 let prec = Precision {
                     act: c.dtype,
@@ -326,10 +344,7 @@ fn judge_dir_in_chunks(
                 };
                 return Err(cases_differ(name, seed, prec));
             }
-            match &fp {
-                Some(fp) => verify_made(dir, s, c, fp)?,
-                None => verify_case(dir, s, c)?,
-            }
+            ok?;
             fps.push(fp);
         }
         // A lean suite's large case holds its inputs once, in the fast problem's width, while

@@ -240,13 +240,13 @@ pub fn make_fast(
 /// The inputs of [`make`]'s case: the cells' inputs (`x`, and `dy` backward) as `cell` makes
 /// them of their values, and the per-channel ones.
 #[allow(clippy::type_complexity)]
-fn drawn<T: Copy + Default>(
+fn drawn<T: Copy + Default + Send + Sync>(
     root: &Rng,
     sc: &ScaleShape,
     prec: Precision,
     op: Op,
     layout: Layout,
-    cell: impl Fn(f64) -> T,
+    cell: impl Fn(f64) -> T + Sync,
 ) -> (BTreeMap<String, Vec<T>>, BTreeMap<String, Vec<f64>>) {
     let (dtype, pdt) = (prec.act, prec.param);
     let stream = format!(
@@ -282,34 +282,30 @@ fn drawn<T: Copy + Default>(
     } else {
         Vec::new()
     };
-    // Each cell draws a normal for x, then one for dy (backward): drawn a block at a time
-    // (`Rng::normals`, the same values).
-    const BLOCK: usize = 4096;
+    // Each cell draws a normal for x, then one for dy (backward), channel by channel: cell k
+    // of channel ch takes normals `per·(ch·m + k) + t` of the stream. The draws are
+    // independent of one another (`Rng::skip`), so the cells are drawn in parallel, each piece
+    // from its own place in the stream (`fill_cells`: the same values).
     let per = if op == Op::Backward { 2 } else { 1 };
-    let mut normals = vec![0.0; BLOCK * per];
-    for (ch, &(mu, sd)) in centers.iter().enumerate() {
-        let mut cells = geom.channel_offsets(ch).enumerate();
-        let mut left = m;
-        while left > 0 {
-            let b = left.min(BLOCK);
-            rng.normals(&mut normals[..b * per]);
-            for z in normals[..b * per].chunks_exact(per) {
-                let (k, i) = cells.next().expect("m cells in a channel");
-                let shift = match sc.data {
-                    // Sample index n of cell k (cells of a channel run n-major), or, with N = 1,
-                    // the position along the channel in tenths.
-                    Data::Drift if n > 1 => 2.0 * sd * (k / geom.hw) as f64 / n as f64,
-                    Data::Drift => 2.0 * sd * ((10 * k / m) as f64) / 10.0,
-                    _ => 0.0,
-                };
-                x[i] = cell(to_dtype(mu + shift + sd * z[0], dtype));
-                if per == 2 {
-                    dy[i] = cell(to_dtype(z[1], dtype));
-                }
-            }
-            left -= b;
-        }
-    }
+    let value = |ch: usize, k: usize, z: &[f64]| -> (T, T) {
+        let (mu, sd) = centers[ch];
+        let shift = match sc.data {
+            // Sample index n of cell k (cells of a channel run n-major), or, with N = 1,
+            // the position along the channel in tenths.
+            Data::Drift if n > 1 => 2.0 * sd * (k / geom.hw) as f64 / n as f64,
+            Data::Drift => 2.0 * sd * ((10 * k / m) as f64) / 10.0,
+            _ => 0.0,
+        };
+        let xv = cell(to_dtype(mu + shift + sd * z[0], dtype));
+        let dv = if per == 2 {
+            cell(to_dtype(z[1], dtype))
+        } else {
+            T::default()
+        };
+        (xv, dv)
+    };
+    fill_cells(&geom, &rng, per, &mut x, &mut dy, &value);
+    let mut rng = rng.skip((4 * per * c * m) as u64);
     let mut cells = BTreeMap::new();
     cells.insert("x".to_string(), x);
     if op == Op::Backward {
@@ -332,6 +328,84 @@ fn drawn<T: Copy + Default>(
     (cells, chan)
 }
 
+/// Cells drawn per piece of 4096 normals: the buffer of one piece.
+const DRAW_BLOCK: usize = 4096;
+
+/// Fill the cells `x` (and `dy` when `per` is 2) of a case of geometry `geom`: cell `k` of
+/// channel `ch` is `value(ch, k, z)` of the `per` normals `per·(ch·m + k) ..` of the stream `s`
+/// (as many calls of [`Rng::normal`] from `s`, channel after channel). In parallel, in pieces
+/// that never share a cell: runs of a channel (channels-first layouts: run `r` is example
+/// `r / C` of channel `r % C`), or blocks of positions with every channel (channels-last).
+fn fill_cells<T: Copy + Send + Sync>(
+    geom: &Geometry,
+    s: &Rng,
+    per: usize,
+    x: &mut [T],
+    dy: &mut [T],
+    value: &(impl Fn(usize, usize, &[f64]) -> (T, T) + Sync),
+) {
+    let (c, m) = (geom.c, geom.m);
+    let interleaved = matches!(geom.layout, Layout::Nhwc | Layout::Ndhwc);
+    // The normals of cells k0.. of channel ch, `out.len() / per` of them.
+    let draw = |ch: usize, k0: usize, out: &mut [f64]| {
+        s.skip((4 * per * (ch * m + k0)) as u64).normals(out);
+    };
+    // Channels-first: pieces of whole runs (of at least DRAW_BLOCK cells where runs are short).
+    let runs_per_piece = DRAW_BLOCK.div_ceil(geom.hw).max(1);
+    let piece = |idx: usize, xs: &mut [T], mut ds: Option<&mut [T]>| {
+        let mut z = vec![0.0; xs.len().min(DRAW_BLOCK) * per];
+        if interleaved {
+            // positions p0.. of every channel: cell (ch, p) at p·C + ch
+            let (p0, cnt) = (idx * DRAW_BLOCK, xs.len() / c);
+            for ch in 0..c {
+                let z = &mut z[..cnt * per];
+                draw(ch, p0, z);
+                for (j, zz) in z.chunks_exact(per).enumerate() {
+                    let (a, d) = value(ch, p0 + j, zz);
+                    xs[j * c + ch] = a;
+                    if let Some(ds) = ds.as_deref_mut() {
+                        ds[j * c + ch] = d;
+                    }
+                }
+            }
+            return;
+        }
+        // runs r0..: run r holds cells k0 .. k0 + hw of channel r % C, k0 = (r / C)·hw
+        let hw = geom.hw;
+        for (q, xr) in xs.chunks_mut(hw).enumerate() {
+            let r = idx * runs_per_piece + q;
+            let (ch, k0) = (r % c, r / c * hw);
+            for (b, xb) in xr.chunks_mut(DRAW_BLOCK).enumerate() {
+                let z = &mut z[..xb.len() * per];
+                let kb = k0 + b * DRAW_BLOCK;
+                draw(ch, kb, z);
+                for (j, zz) in z.chunks_exact(per).enumerate() {
+                    let (a, d) = value(ch, kb + j, zz);
+                    xb[j] = a;
+                    if let Some(ds) = ds.as_deref_mut() {
+                        ds[q * hw + b * DRAW_BLOCK + j] = d;
+                    }
+                }
+            }
+        }
+    };
+    let len = if interleaved {
+        DRAW_BLOCK * c
+    } else {
+        runs_per_piece * geom.hw
+    };
+    if per == 2 {
+        x.par_chunks_mut(len)
+            .zip(dy.par_chunks_mut(len))
+            .enumerate()
+            .for_each(|(i, (xs, ds))| piece(i, xs, Some(ds)));
+    } else {
+        x.par_chunks_mut(len)
+            .enumerate()
+            .for_each(|(i, xs)| piece(i, xs, None));
+    }
+}
+
 /// Whether a scale case is ill-posed in its dtype (the rule of [`super::ill_posed`]:
 /// `u·cond_q ≥ q/2` with `q = var + eps`, `cond_q = 2·mean|x − mean|·|x|`), decided per channel
 /// in f64 with a margin of 4 on each side of the threshold, which f64's rounding cannot cross
@@ -351,14 +425,21 @@ pub fn ill_posed_fast(shell: &SuiteCase, fp: &crate::fast::FastProblem) -> Optio
     }
 }
 
-fn ill_posed_cells<T: Copy + Into<f64>>(case: &SuiteCase, x: &[T]) -> Option<String> {
+fn ill_posed_cells<T: Copy + Into<f64> + Sync>(case: &SuiteCase, x: &[T]) -> Option<String> {
     let g = Geometry::new(case.layout, &case.shape, usize::MAX).expect("valid");
-    if let Some(i) = x.iter().position(|&v| !v.into().is_finite()) {
+    // The first non-finite cell, and then the first ill-posed channel, in order (each looked
+    // for in parallel).
+    const PIECE: usize = 1 << 16;
+    let not_finite = x.par_chunks(PIECE).enumerate().find_map_first(|(p, xs)| {
+        let j = xs.iter().position(|&v| !v.into().is_finite())?;
+        Some(p * PIECE + j)
+    });
+    if let Some(i) = not_finite {
         return Some(format!("x[{i}] overflows {}", case.dtype.name()));
     }
     let u = case.dtype.unit_roundoff();
     let eps: f64 = case.eps.parse().expect("decimal eps");
-    for c in 0..g.c {
+    let channel = |c: usize| -> Option<String> {
         let m = g.m as f64;
         let mean = g.channel_offsets(c).map(|i| x[i].into()).sum::<f64>() / m;
         // var and cond summed, and one cell's relative move of u (the exact rule of
@@ -386,6 +467,60 @@ fn ill_posed_cells<T: Copy + Into<f64>>(case: &SuiteCase, x: &[T]) -> Option<Str
                 q / 8.0
             ));
         }
+        None
+    };
+    (0..g.c).into_par_iter().find_map_first(channel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `fill_cells` draws every cell as one normal after another from the stream, channel
+    /// after channel (the order `Rng::normal` calls make), whatever the layout and the length
+    /// of a channel's runs (shorter and longer than a piece), with and without `dy`.
+    #[test]
+    fn cells_drawn_in_parallel_are_the_sequential_draws() {
+        let shapes: [(Layout, &[usize]); 6] = [
+            (Layout::Nchw, &[3, 5, 2, 3]),
+            (Layout::Nchw, &[2, 3, 1, 5000]),
+            (Layout::Nchw, &[1, 2, 1, 9000]),
+            (Layout::Nhwc, &[2, 3, 700, 5]),
+            (Layout::Nhwc, &[1, 1, 9000, 2]),
+            (Layout::Nchw, &[700, 3, 1, 7]),
+        ];
+        for (layout, shape) in shapes {
+            let g = Geometry::new(layout, shape, usize::MAX).unwrap();
+            for per in [1, 2] {
+                let s = Rng::new(77).fork("cells");
+                let value = |ch: usize, k: usize, z: &[f64]| -> (f64, f64) {
+                    (z[0] + (ch * 1_000_000 + k) as f64 * 1e-3, z[per - 1])
+                };
+                let (mut x, mut dy) = (vec![f64::NAN; g.len()], vec![f64::NAN; g.len()]);
+                let dy_len = if per == 2 { g.len() } else { 0 };
+                fill_cells(&g, &s, per, &mut x, &mut dy[..dy_len], &value);
+                // one normal at a time
+                let mut r = s.clone();
+                let (mut wx, mut wdy) = (vec![f64::NAN; g.len()], vec![f64::NAN; g.len()]);
+                for ch in 0..g.c {
+                    for (k, i) in g.channel_offsets(ch).enumerate() {
+                        let z: Vec<f64> = (0..per).map(|_| r.normal()).collect();
+                        let (a, d) = value(ch, k, &z);
+                        wx[i] = a;
+                        if per == 2 {
+                            wdy[i] = d;
+                        }
+                    }
+                }
+                let bits = |v: &[f64]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&x), bits(&wx), "{layout:?} {shape:?} per {per}");
+                assert_eq!(bits(&dy), bits(&wdy), "{layout:?} {shape:?} per {per}");
+                assert_eq!(
+                    s.skip((4 * per * g.len()) as u64).clone().next_u64(),
+                    r.next_u64(),
+                    "the stream after the cells"
+                );
+            }
+        }
     }
-    None
 }
