@@ -398,13 +398,77 @@ pub fn f64_to_rational(x: f64) -> Option<Rational> {
     } else {
         (frac | (1u64 << 52), ef - 1075)
     };
-    let r = Rational::from_integer(BigInt::from(mant)) * pow2(exp);
-    Some(if neg { -r } else { r })
+    // In lowest terms directly (an odd numerator over a power of two, or an integer): the
+    // rational `mant·2^exp` reduced, without a gcd.
+    if mant == 0 {
+        return Some(Rational::zero());
+    }
+    let tz = mant.trailing_zeros();
+    let (mant, exp) = (mant >> tz, exp + tz as i64);
+    let num = BigInt::from(mant);
+    let num = if neg { -num } else { num };
+    Some(if exp >= 0 {
+        Rational::from_integer(num << exp as usize)
+    } else {
+        Rational::new_raw(num, BigInt::one() << (-exp) as usize)
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `f64_to_rational` is the rational `mant·2^exp` reduced (as `Ratio::new` reduces it), for
+    /// zeros, subnormals, the extremes, integers and fractions of both signs.
+    #[test]
+    fn f64_to_rational_is_the_reduced_rational() {
+        let mut vals = vec![
+            0.0,
+            -0.0,
+            5e-324,
+            -5e-324,
+            2.2250738585072014e-308,
+            1.7976931348623157e308,
+            -1.0,
+            3.0,
+            0.1,
+            -1024.5,
+            1e-300,
+            6.02e23,
+        ];
+        let mut z = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..2000 {
+            z = z
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let v = f64::from_bits(z);
+            for w in [v, v as f32 as f64] {
+                if w.is_finite() {
+                    vals.push(w);
+                }
+            }
+        }
+        for v in vals {
+            let got = f64_to_rational(v).unwrap();
+            let bits = v.to_bits();
+            let (ef, frac) = (((bits >> 52) & 0x7ff) as i64, bits & ((1u64 << 52) - 1));
+            let (mant, exp) = if ef == 0 {
+                (frac, -1074)
+            } else {
+                (frac | (1u64 << 52), ef - 1075)
+            };
+            let mag = if exp >= 0 {
+                Rational::new(BigInt::from(mant) << exp as usize, BigInt::one())
+            } else {
+                Rational::new(BigInt::from(mant), BigInt::one() << (-exp) as usize)
+            };
+            let want = if v < 0.0 { -mag } else { mag };
+            assert_eq!(got.numer(), want.numer(), "{v:e}");
+            assert_eq!(got.denom(), want.denom(), "{v:e}");
+            assert_eq!(got.to_f64(), Some(v.abs() * v.signum()), "{v:e}");
+        }
+        assert!(f64_to_rational(f64::NAN).is_none() && f64_to_rational(f64::INFINITY).is_none());
+    }
     use crate::exact::parse::parse_rational;
 
     fn r(s: &str) -> Rational {
