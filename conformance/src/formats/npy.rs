@@ -272,17 +272,26 @@ fn read_npy_path_as(
     half: bool,
     want: Option<Descr>,
 ) -> Result<(Vec<usize>, NpyRead)> {
-    // The largest file that can hold `max_elems` elements: refused before reading anything
-    // (a sparse 10 GiB file costs nothing); the exact size is checked against the header.
+    let (r, file_len) = open_npy(path, max_elems)?;
+    read_npy_from_as(r, file_len, max_elems, half, want).map_err(npy_error(path))
+}
+
+/// An npy file opened for reading, and its length. The largest file that can hold
+/// `max_elems` elements is refused before reading anything (a sparse 10 GiB file costs
+/// nothing); the exact size is checked against the header.
+fn open_npy(path: &Path, max_elems: usize) -> Result<(std::io::BufReader<std::fs::File>, u64)> {
     let cap = MAX_PREAMBLE + MAX_HEADER_BYTES as u64 + (max_elems as u64).saturating_mul(8);
     let what = format!("an npy header and {max_elems} elements of at most 8 bytes");
     let (f, file_len) = fsafe::open_regular(path, cap, &what)?;
-    read_npy_from_as(std::io::BufReader::new(f), file_len, max_elems, half, want).map_err(|msg| {
-        ConfError::Npy {
-            path: path.display().to_string(),
-            msg,
-        }
-    })
+    Ok((std::io::BufReader::new(f), file_len))
+}
+
+/// What an error in reading the npy file `path` says (naming the file).
+fn npy_error(path: &Path) -> impl Fn(String) -> ConfError + '_ {
+    move |msg| ConfError::Npy {
+        path: path.display().to_string(),
+        msg,
+    }
 }
 
 /// [`read_npy`] on bytes in memory (errors name the file `<bytes>`).
@@ -446,10 +455,7 @@ pub fn visit_npy_any(
     max_elems: usize,
     mut visit: impl FnMut(usize, &NpyData),
 ) -> Result<(Vec<usize>, usize)> {
-    let cap = MAX_PREAMBLE + MAX_HEADER_BYTES as u64 + (max_elems as u64).saturating_mul(8);
-    let what = format!("an npy header and {max_elems} elements of at most 8 bytes");
-    let (f, file_len) = fsafe::open_regular(path, cap, &what)?;
-    let mut r = std::io::BufReader::new(f);
+    let (mut r, file_len) = open_npy(path, max_elems)?;
     let mut go = || -> std::result::Result<(Vec<usize>, usize), String> {
         let (shape, descr, n) = read_head(&mut r, file_len, max_elems, true)?;
         let mut at = 0;
@@ -467,10 +473,7 @@ pub fn visit_npy_any(
         check_end(&mut r)?;
         Ok((shape, n))
     };
-    go().map_err(|msg| ConfError::Npy {
-        path: path.display().to_string(),
-        msg,
-    })
+    go().map_err(npy_error(path))
 }
 
 /// `n` little-endian elements of `W` bytes each, read in chunks.

@@ -72,6 +72,10 @@ impl Rng {
     pub fn skip(&self, n: u64) -> Rng {
         Rng(self.0.wrapping_add(n.wrapping_mul(GAMMA)))
     }
+    /// The stream `n` normals on (as after `n` calls of [`Rng::normal`]: four draws each).
+    pub fn skip_normals(&self, n: u64) -> Rng {
+        self.skip(n.wrapping_mul(4))
+    }
     /// `out.len()` values of [`Rng::normal`], in order, and the stream advanced past them: the
     /// same bits as as many calls (the draws of a SplitMix64 stream are independent of one
     /// another, so they are formed many at once: vectorised on CPUs with AVX-512).
@@ -82,15 +86,11 @@ impl Rng {
         {
             // SAFETY: the features the function is compiled for are present.
             unsafe { normals_avx512(self.0, out) };
-            self.0 = self
-                .0
-                .wrapping_add((4 * out.len() as u64).wrapping_mul(GAMMA));
+            *self = self.skip_normals(out.len() as u64);
             return;
         }
         normals_at(self.0, out);
-        self.0 = self
-            .0
-            .wrapping_add((4 * out.len() as u64).wrapping_mul(GAMMA));
+        *self = self.skip_normals(out.len() as u64);
     }
     /// Integer in [0, n).
     pub fn below(&mut self, n: u64) -> u64 {

@@ -305,7 +305,7 @@ fn drawn<T: Copy + Default + Send + Sync>(
         (xv, dv)
     };
     fill_cells(&geom, &rng, per, &mut x, &mut dy, &value);
-    let mut rng = rng.skip((4 * per * c * m) as u64);
+    let mut rng = rng.skip_normals((per * c * m) as u64);
     let mut cells = BTreeMap::new();
     cells.insert("x".to_string(), x);
     if op == Op::Backward {
@@ -328,7 +328,7 @@ fn drawn<T: Copy + Default + Send + Sync>(
     (cells, chan)
 }
 
-/// Cells drawn per piece of 4096 normals: the buffer of one piece.
+/// Cells drawn at a time (their normals are one buffer) by [`fill_cells`].
 const DRAW_BLOCK: usize = 4096;
 
 /// Fill the cells `x` (and `dy` when `per` is 2) of a case of geometry `geom`: cell `k` of
@@ -348,7 +348,7 @@ fn fill_cells<T: Copy + Send + Sync>(
     let interleaved = matches!(geom.layout, Layout::Nhwc | Layout::Ndhwc);
     // The normals of cells k0.. of channel ch, `out.len() / per` of them.
     let draw = |ch: usize, k0: usize, out: &mut [f64]| {
-        s.skip((4 * per * (ch * m + k0)) as u64).normals(out);
+        s.skip_normals((per * (ch * m + k0)) as u64).normals(out);
     };
     // Channels-first: pieces of whole runs (of at least DRAW_BLOCK cells where runs are short).
     let runs_per_piece = DRAW_BLOCK.div_ceil(geom.hw).max(1);
@@ -516,7 +516,7 @@ mod tests {
                 assert_eq!(bits(&x), bits(&wx), "{layout:?} {shape:?} per {per}");
                 assert_eq!(bits(&dy), bits(&wdy), "{layout:?} {shape:?} per {per}");
                 assert_eq!(
-                    s.skip((4 * per * g.len()) as u64).clone().next_u64(),
+                    s.skip_normals((per * g.len()) as u64).next_u64(),
                     r.next_u64(),
                     "the stream after the cells"
                 );
