@@ -1152,13 +1152,40 @@ fn channel_bound(
         _ => {}
     }
     // A cell input's enclosures: stored (exact inputs), or formed from the f64 on each use
-    // (no vector of enclosures per cell).
-    let cells = |n: &str| -> CellIvs {
-        match src {
-            CellSource::Exact => CellIvs::Stored(inp.values[n].iter().map(iv_of).collect()),
-            CellSource::Floats(f) => CellIvs::Floats(f[n]),
+    // (no vector of enclosures per cell); the passes compiled for each storage type.
+    let has_dy = matches!(op, Op::Backward | Op::SyncBackward);
+    match src {
+        CellSource::Exact => {
+            let ivs = |n: &str| -> Vec<Iv> { inp.values[n].iter().map(iv_of).collect() };
+            let dy = has_dy.then(|| ivs("dy"));
+            channel_bound_of(op, c, inp, src, eps, &ivs("x")[..], dy.as_deref())
         }
-    };
+        CellSource::Floats(f) => match (f["x"], has_dy.then(|| f["dy"])) {
+            (CellData::F32(x), None) => channel_bound_of::<[f32]>(op, c, inp, src, eps, x, None),
+            (CellData::F32(x), Some(CellData::F32(d))) => {
+                channel_bound_of(op, c, inp, src, eps, x, Some(d))
+            }
+            (CellData::F64(x), None) => channel_bound_of::<[f64]>(op, c, inp, src, eps, x, None),
+            (CellData::F64(x), Some(CellData::F64(d))) => {
+                channel_bound_of(op, c, inp, src, eps, x, Some(d))
+            }
+            (x, d) => channel_bound_of(op, c, inp, src, eps, &x, d.as_ref()),
+        },
+    }
+}
+
+/// [`channel_bound`] of a forward, backward, eval or sync op, its cells' enclosures by `xc`
+/// (and `dy_cells` where the op has `dy`).
+#[inline(never)]
+fn channel_bound_of<X: CellGet + ?Sized>(
+    op: Op,
+    c: usize,
+    inp: &ChannelIn<QSqrt>,
+    src: &CellSource,
+    eps: &Rational,
+    xc: &X,
+    dy_cells: Option<&X>,
+) -> Result<ChannelBound, SpecError> {
     let exact_x = || -> Vec<QSqrt> {
         match src {
             CellSource::Exact => inp.values["x"].clone(),
@@ -1173,9 +1200,8 @@ fn channel_bound(
     // forward, backward: a channel whose |x| is beyond f64's squares (the f64 huge and tiny
     // classes) is bounded as x/2^se, eps/2^2se, and the outputs scaled back by their degree
     // (y, dgamma, dbeta 0; mean 1; var 2; dx −1), as the family's groups are.
-    let xc = cells("x");
     let m = xc.len();
-    let dyc = matches!(op, Op::Backward).then(|| cells("dy"));
+    let dyc = dy_cells.filter(|_| matches!(op, Op::Backward));
     // (The sums below are those of the per-cell vectors of the module docs, in the same
     // order, formed without storing the vectors: bit for bit the same bounds.)
     // The cells' sums fused into as few passes as their dependences allow (forward: x1 and
@@ -1388,7 +1414,7 @@ fn channel_bound(
             let k = one("mean_dy_xhat");
             // (`bb`, `bu` hold the handed-in mean_dy_xhat here)
             (cb.muu, cb.m2u, cb.a, cb.bb, cb.au, cb.bu) = (muu, m2u, a, k, a.up(), k.up());
-            let dyc = cells("dy");
+            let dyc = dy_cells.expect("sync backward's dy");
             let dy = |i: usize| dyc.get(i);
             let vs = m2u + muu * muu;
             let sdy = sum_iv_by(0, m, &dy);
@@ -1460,24 +1486,49 @@ fn centred_sums(m: usize, x: &impl Fn(usize) -> Iv, mu: Iv) -> (f64, f64) {
 
 /// A channel's cell input as enclosures ([`channel_bound`]): stored, or formed from its f64
 /// values on each use ([`iv_of_f64`]).
-enum CellIvs<'a> {
-    Stored(Vec<Iv>),
-    Floats(CellData<'a>),
+trait CellGet: Sync {
+    fn len(&self) -> usize;
+    /// The enclosure of cell `i`.
+    fn get(&self, i: usize) -> Iv;
 }
 
-impl CellIvs<'_> {
+impl CellGet for [Iv] {
     fn len(&self) -> usize {
-        match self {
-            CellIvs::Stored(v) => v.len(),
-            CellIvs::Floats(f) => f.len(),
-        }
+        self.len()
     }
     #[inline(always)]
     fn get(&self, i: usize) -> Iv {
-        match self {
-            CellIvs::Stored(v) => v[i],
-            CellIvs::Floats(f) => iv_of_f64(f.at(i)),
-        }
+        self[i]
+    }
+}
+
+impl CellGet for [f32] {
+    fn len(&self) -> usize {
+        self.len()
+    }
+    #[inline(always)]
+    fn get(&self, i: usize) -> Iv {
+        iv_of_f64(self[i] as f64)
+    }
+}
+
+impl CellGet for [f64] {
+    fn len(&self) -> usize {
+        self.len()
+    }
+    #[inline(always)]
+    fn get(&self, i: usize) -> Iv {
+        iv_of_f64(self[i])
+    }
+}
+
+impl CellGet for CellData<'_> {
+    fn len(&self) -> usize {
+        CellData::len(self)
+    }
+    #[inline(always)]
+    fn get(&self, i: usize) -> Iv {
+        iv_of_f64(self.at(i))
     }
 }
 
