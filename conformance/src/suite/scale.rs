@@ -439,37 +439,62 @@ fn ill_posed_cells<T: Copy + Into<f64> + Sync>(case: &SuiteCase, x: &[T]) -> Opt
     }
     let u = case.dtype.unit_roundoff();
     let eps: f64 = case.eps.parse().expect("decimal eps");
-    let channel = |c: usize| -> Option<String> {
-        let m = g.m as f64;
-        let mean = g.channel_offsets(c).map(|i| x[i].into()).sum::<f64>() / m;
-        // var and cond summed, and one cell's relative move of u (the exact rule of
-        // `super::ill_posed`, quadratic term included) at its largest, in one pass.
-        let (mut var, mut cond, mut one) = (0.0, 0.0, 0f64);
-        for i in g.channel_offsets(c) {
-            let v: f64 = x[i].into();
-            var += (v - mean) * (v - mean);
-            cond += (v - mean).abs() * v.abs();
-            one =
-                one.max(2.0 * u * (v * (v - mean)).abs() / m + u * u * v * v * (m - 1.0) / (m * m));
-        }
-        let q = var / m + eps;
-        let lhs = u * 2.0 * cond / m;
-        if one >= q / 8.0 {
-            return Some(format!(
-                "channel {c}: one cell moved by u (relatively) moves var+eps by {one:.3e}, \
-                 not below (var+eps)/8 = {:.3e}",
-                q / 8.0
-            ));
-        }
-        if lhs >= q / 8.0 {
-            return Some(format!(
-                "channel {c}: u*cond(var+eps) = {lhs:.3e} is not below (var+eps)/8 = {:.3e}",
-                q / 8.0
-            ));
-        }
-        None
-    };
+    let channel =
+        |c: usize| channel_ill_posed(c, g.m, u, eps, || g.channel_offsets(c).map(|i| x[i].into()));
     (0..g.c).into_par_iter().find_map_first(channel)
+}
+
+/// [`ill_posed_cells`]'s test of channel `c`, of `m` cells with values `cells()` (finite).
+fn channel_ill_posed<I: Iterator<Item = f64>>(
+    c: usize,
+    m: usize,
+    u: f64,
+    eps: f64,
+    cells: impl Fn() -> I,
+) -> Option<String> {
+    let m = m as f64;
+    let mean = cells().sum::<f64>() / m;
+    // var and cond summed, and one cell's relative move of u (the exact rule of
+    // `super::ill_posed`, quadratic term included) at its largest: a bound on it first
+    // (from the largest |v·(v − mean)| and v², in the same pass as the sums), and the
+    // cells' own values only where the bound does not put it below (var+eps)/8.
+    let (mut var, mut cond, mut vd, mut vv) = (0.0, 0.0, 0f64, 0f64);
+    for v in cells() {
+        var += (v - mean) * (v - mean);
+        cond += (v - mean).abs() * v.abs();
+        // (as `f64::max` would, NaN aside: a NaN term is left out of `one` too)
+        let (a, b) = ((v * (v - mean)).abs(), v * v);
+        vd = if a > vd { a } else { vd };
+        vv = if b > vv { b } else { vv };
+    }
+    let q = var / m + eps;
+    let lhs = u * 2.0 * cond / m;
+    // Each cell's term (positive parts, at most six roundings of 2^-53 each) is below this
+    // bound, which leaves a factor 1 + 2^-40 over the same roundings of its own (and 2^-1000
+    // over the underflows of at most six operations).
+    let bound = (2.0 * u * vd / m + u * u * vv * (m - 1.0) / (m * m)) * (1.0 + 2f64.powi(-40))
+        + 2f64.powi(-1000);
+    let one = if bound.is_finite() && bound < q / 8.0 {
+        bound
+    } else {
+        cells().fold(0f64, |one, v| {
+            one.max(2.0 * u * (v * (v - mean)).abs() / m + u * u * v * v * (m - 1.0) / (m * m))
+        })
+    };
+    if one >= q / 8.0 {
+        return Some(format!(
+            "channel {c}: one cell moved by u (relatively) moves var+eps by {one:.3e}, \
+             not below (var+eps)/8 = {:.3e}",
+            q / 8.0
+        ));
+    }
+    if lhs >= q / 8.0 {
+        return Some(format!(
+            "channel {c}: u*cond(var+eps) = {lhs:.3e} is not below (var+eps)/8 = {:.3e}",
+            q / 8.0
+        ));
+    }
+    None
 }
 
 #[cfg(test)]
@@ -522,5 +547,79 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// `channel_ill_posed` decides (and words) every channel as the rule does with each
+    /// cell's term formed (`one` as the largest of them), on channels well inside, near and
+    /// beyond the threshold: constant ones with small eps, large means, outliers, f32 values.
+    #[test]
+    fn channel_test_is_the_rule_with_every_cell_term() {
+        let rule = |c: usize, u: f64, eps: f64, xs: &[f64]| -> Option<String> {
+            let m = xs.len() as f64;
+            let mean = xs.iter().sum::<f64>() / m;
+            let (mut var, mut cond, mut one) = (0.0, 0.0, 0f64);
+            for &v in xs {
+                var += (v - mean) * (v - mean);
+                cond += (v - mean).abs() * v.abs();
+                one = one.max(
+                    2.0 * u * (v * (v - mean)).abs() / m + u * u * v * v * (m - 1.0) / (m * m),
+                );
+            }
+            let q = var / m + eps;
+            let lhs = u * 2.0 * cond / m;
+            if one >= q / 8.0 {
+                return Some(format!(
+                    "channel {c}: one cell moved by u (relatively) moves var+eps by {one:.3e}, \
+                     not below (var+eps)/8 = {:.3e}",
+                    q / 8.0
+                ));
+            }
+            (lhs >= q / 8.0).then(|| {
+                format!(
+                    "channel {c}: u*cond(var+eps) = {lhs:.3e} is not below (var+eps)/8 = {:.3e}",
+                    q / 8.0
+                )
+            })
+        };
+        let mut r = Rng::new(5).fork("ill-posed");
+        let (mut decided, mut ill) = (0, 0);
+        for t in 0..3000 {
+            let m = [1, 2, 3, 7, 36, 200][t % 6];
+            let u = [
+                2f64.powi(-24),
+                2f64.powi(-53),
+                2f64.powi(-11),
+                2f64.powi(-8),
+            ][t / 6 % 4];
+            let eps = [1e-5, 0.0, 1e-30, 1e-3][t / 24 % 4];
+            let (center, sd) = [
+                (0.0, 1.0),
+                (1e3, 1.0),
+                (1e4, 1e-3),
+                (5.0, 0.0),
+                (1e-20, 1e-21),
+            ][t / 96 % 5];
+            let mut xs: Vec<f64> = (0..m)
+                .map(|_| ((center + sd * r.normal()) as f32) as f64)
+                .collect();
+            if t % 7 == 0 {
+                xs[0] = center + 1e6 * sd.max(1.0);
+            }
+            let (want, got) = (
+                rule(t, u, eps, &xs),
+                channel_ill_posed(t, m, u, eps, || xs.iter().copied()),
+            );
+            assert_eq!(
+                got, want,
+                "channel {t}: m {m}, u {u:e}, eps {eps:e}, {xs:?}"
+            );
+            decided += 1;
+            ill += usize::from(want.is_some());
+        }
+        // Both answers, many times each.
+        assert!(
+            ill > 300 && decided - ill > 300,
+            "{ill} ill-posed of {decided}"
+        );
     }
 }
