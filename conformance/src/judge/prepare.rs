@@ -496,11 +496,17 @@ pub struct Approx(Option<(f64, f64)>);
 impl Approx {
     /// From an exact value.
     pub fn new(v: &QSqrt) -> Approx {
+        let in_range = |hi: f64| {
+            hi.is_finite()
+                && (hi == 0.0 || hi.abs() >= 2f64.powi(-900))
+                && hi.abs() <= 2f64.powi(1000)
+        };
+        // Both roundings from one scaled floor where it decides them, else one after the other.
+        if let Some((hi, lo)) = bnconf_spec::exact::round::round_f64_pair(v) {
+            return Approx(in_range(hi).then_some((hi, lo)));
+        }
         let hi = round(v, FloatFormat::F64).to_f64();
-        if !hi.is_finite()
-            || (hi != 0.0 && hi.abs() < 2f64.powi(-900))
-            || hi.abs() > 2f64.powi(1000)
-        {
+        if !in_range(hi) {
             return Approx(None);
         }
         let res =
