@@ -727,22 +727,43 @@ fn sum_ivs_by<const K: usize, E>(
     f: &impl Fn(usize) -> ([Iv; K], E),
     seq: &mut impl FnMut(&[Iv; K], E),
 ) -> [Iv; K] {
-    let n = hi - lo;
-    if n <= 8 {
+    // The tree walked depth first without recursion (a stack of the pending right halves and
+    // their left sums), so that `f` and `seq` are inlined into one loop over the runs.
+    let mut stack = [(0usize, 0usize, None::<[Iv; K]>); 64];
+    let mut depth = 0;
+    let (mut a, mut b) = (lo, hi);
+    loop {
+        while b - a > 8 {
+            let mid = a + (b - a) / 2;
+            stack[depth] = (mid, b, None);
+            depth += 1;
+            b = mid;
+        }
         let mut acc = [Iv::ZERO; K];
-        for i in lo..hi {
+        for i in a..b {
             let (t, e) = f(i);
             for k in 0..K {
                 acc[k] = acc[k].add(t[k]);
             }
             seq(&t, e);
         }
-        acc
-    } else {
-        let mid = lo + n / 2;
-        let a = sum_ivs_by(lo, mid, f, seq);
-        let b = sum_ivs_by(mid, hi, f, seq);
-        std::array::from_fn(|k| a[k].add(b[k]))
+        loop {
+            if depth == 0 {
+                return acc;
+            }
+            let (mid, end, left) = &mut stack[depth - 1];
+            match left.take() {
+                None => {
+                    *left = Some(acc);
+                    (a, b) = (*mid, *end);
+                    break;
+                }
+                Some(l) => {
+                    acc = std::array::from_fn(|k| l[k].add(acc[k]));
+                    depth -= 1;
+                }
+            }
+        }
     }
 }
 
@@ -772,6 +793,17 @@ pub(crate) fn rsqrt_iv(q: Iv) -> Option<Iv> {
 
 fn exact_rational(x: &QSqrt) -> Rational {
     x.as_rational().expect("statistic is rational").clone()
+}
+
+/// `a.max(b)` for values that are not NaN (an enclosure's midpoint: [`iv_of_f64`] makes it 0
+/// for a non-finite value), without `f64::max`'s test for NaN.
+#[inline(always)]
+fn max_not_nan(a: f64, b: f64) -> f64 {
+    if b > a {
+        b
+    } else {
+        a
+    }
 }
 
 /// `v·2^k` for `|k| ≤ 2100` (two factors, each a normal power of two).
@@ -1217,14 +1249,14 @@ fn channel_bound_of<X: CellGet + ?Sized>(
                 let [sx, sd] = sum_ivs_by(0, m, &|i| ([x(i), dyc.get(i)], ()), &mut |t, ()| {
                     x1 += t[0].up();
                     dy1 += t[1].up();
-                    *amax = amax.max(t[0].v.abs());
+                    *amax = max_not_nan(*amax, t[0].v.abs());
                 });
                 (sx, sd, x1, dy1)
             }
             None if matches!(op, Op::Forward) => {
                 let [sx] = sum_ivs_by(0, m, &|i| ([x(i)], ()), &mut |t, ()| {
                     x1 += t[0].up();
-                    *amax = amax.max(t[0].v.abs());
+                    *amax = max_not_nan(*amax, t[0].v.abs());
                 });
                 (sx, Iv::ZERO, x1, dy1)
             }

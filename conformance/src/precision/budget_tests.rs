@@ -1358,3 +1358,52 @@ fn lane_totals_are_the_budgets_totals() {
         .totals(&[1.0; 4], &[0.0; 4], 0.5f64.powi(24))
         .is_none());
 }
+
+/// `sum_ivs_by` (the tree walked without recursion, `K` sums at once) gives each sum bit for
+/// bit as `sum_iv_by`'s recursive tree, and calls `seq` on every term once, in order: at every
+/// length to 300 (runs of 1 to 8 at every depth) and at long ones (deep trees, odd splits).
+#[test]
+fn sum_ivs_by_is_the_recursive_tree() {
+    let mut state = 0x9e3779b97f4a7c15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        // mixed signs and magnitudes, so that different trees round differently
+        let m = (state >> 11) as f64 / (1u64 << 53) as f64 - 0.5;
+        m * 2f64.powi((state % 60) as i32 - 30)
+    };
+    let lens = (0..=300).chain([1000, 4097, 65_537, 300_007]);
+    for n in lens {
+        let t: Vec<[Iv; 2]> = (0..n)
+            .map(|_| {
+                let (a, b) = (next(), next());
+                [
+                    Iv {
+                        v: a,
+                        e: a.abs() * 1e-9,
+                    },
+                    Iv { v: b, e: 0.0 },
+                ]
+            })
+            .collect();
+        let mut order = Vec::with_capacity(n);
+        let got = sum_ivs_by(0, n, &|i| (t[i], i), &mut |ti, i| {
+            assert_eq!(ti[0].v.to_bits(), t[i][0].v.to_bits());
+            order.push(i);
+        });
+        assert!(
+            order.iter().copied().eq(0..n),
+            "seq out of order at n = {n}"
+        );
+        for k in 0..2 {
+            let want = sum_iv_by(0, n, &|i| t[i][k]);
+            assert_eq!(
+                (got[k].v.to_bits(), got[k].e.to_bits()),
+                (want.v.to_bits(), want.e.to_bits()),
+                "n = {n}, sum {k}: {:?} against {want:?}",
+                got[k]
+            );
+        }
+    }
+}
