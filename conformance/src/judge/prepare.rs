@@ -377,7 +377,11 @@ fn summary_chunk<P: crate::fast::dd::Prod>(
             } else {
                 bc.at(x, d).total(u)
             };
-            s.allowed = s.allowed.max(k * u * total);
+            // (`f64::max` without its test for NaN: a budget is never NaN, `nan_as_infinity`)
+            let allowed = k * u * total;
+            if allowed > s.allowed {
+                s.allowed = allowed;
+            }
             let v = vals[j];
             if let Some((y, e)) = f.value_f64_in(c, j) {
                 let scale = u * total;
