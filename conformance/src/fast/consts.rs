@@ -249,8 +249,39 @@ pub(super) fn non_positive(c: usize, what: &'static str, q: &Rational) -> ConfEr
     })
 }
 
+/// `n/d` (`d > 0`) in lowest terms: `Rational::new`'s value and form. The common factors of
+/// two by trailing zeros, the rest by a gcd in `u64` where `d`'s odd part fits one (the fast
+/// path's denominators: powers of two times `m`'s and eps's odd parts), a `BigInt` gcd
+/// otherwise.
+pub(super) fn reduced(n: BigInt, d: BigInt) -> Rational {
+    use num_traits::ToPrimitive;
+    debug_assert!(d.is_positive());
+    let (Some(tn), Some(td)) = (n.trailing_zeros(), d.trailing_zeros()) else {
+        return Rational::zero();
+    };
+    let t = tn.min(td) as usize;
+    let (n, d) = (n >> t, d >> t);
+    let Some(odd) = (&d >> (td as usize - t)).to_u64() else {
+        return Rational::new(n, d);
+    };
+    // gcd(n, d) = gcd(n, odd part of d): n is odd, or d is.
+    let g = num_integer::gcd((n.magnitude() % odd).to_u64().expect("below odd"), odd);
+    if g == 1 {
+        Rational::new_raw(n, d)
+    } else {
+        Rational::new_raw(n / g, d / g)
+    }
+}
+
+/// `a + b` in lowest terms ([`reduced`]).
+fn sum_reduced(a: &Rational, b: &Rational) -> Rational {
+    reduced(
+        a.numer() * b.denom() + b.numer() * a.denom(),
+        a.denom() * b.denom(),
+    )
+}
+
 pub(super) fn channel_consts(p: &FastProblem, c: usize, s: &Sums) -> Result<Chan> {
-    let m = Rational::from_integer(p.geom.m.into());
     let ch = |k: &str| rat(p.chan[k][c]);
     let zero = Rational::zero();
     let eps = &p.eps;
@@ -266,9 +297,9 @@ pub(super) fn channel_consts(p: &FastProblem, c: usize, s: &Sums) -> Result<Chan
     let batch = || {
         let mi = BigInt::from(p.geom.m);
         let (n1, d1, n2, d2) = (s.s1.numer(), s.s1.denom(), s.s2.numer(), s.s2.denom());
-        let mu = Rational::new(n1.clone(), d1 * &mi);
+        let mu = reduced(n1.clone(), d1 * &mi);
         let d1d1 = d1 * d1;
-        let var = Rational::new(n2 * &d1d1 * &mi - n1 * n1 * d2, d2 * d1d1 * (&mi * &mi));
+        let var = reduced(n2 * &d1d1 * &mi - n1 * n1 * d2, d2 * d1d1 * (&mi * &mi));
         (mu, var)
     };
     let sync_q = || {
@@ -282,7 +313,7 @@ pub(super) fn channel_consts(p: &FastProblem, c: usize, s: &Sums) -> Result<Chan
             let (mu, q, outs) = match p.op {
                 Op::Forward => {
                     let (mu, var) = batch();
-                    let q = &var + eps;
+                    let q = sum_reduced(&var, eps);
                     positive(&q, "var + eps")?;
                     let outs = vec![QSqrt::rational(mu.clone()), QSqrt::rational(var)];
                     (mu, q, outs)
@@ -311,18 +342,29 @@ pub(super) fn channel_consts(p: &FastProblem, c: usize, s: &Sums) -> Result<Chan
         }
         Op::Backward => {
             let (mu, var) = batch();
-            let q = &var + eps;
+            let q = sum_reduced(&var, eps);
             positive(&q, "var + eps")?;
             let gamma = ch("gamma");
-            let cov = &s.sdx - &mu * &s.sd; // Σ dy (x − μ)
-            let b = &cov / (&m * &q);
-            let dgamma = QSqrt::new(zero.clone(), &cov / &q, q.clone());
+            // cov = Σ dy (x − μ) = sdx − μ·sd, in lowest terms (an output's part below).
+            let (sdx, sd) = (&s.sdx, &s.sd);
+            let cov = reduced(
+                sdx.numer() * mu.denom() * sd.denom() - mu.numer() * sd.numer() * sdx.denom(),
+                sdx.denom() * mu.denom() * sd.denom(),
+            );
+            // (q > 0: the denominators below are positive.) dgamma = (cov/q)·sqrt(q) in
+            // lowest terms; b = cov/(m·q) and γ·b are constants only: their values, unreduced.
+            let (cq_n, cq_d) = (cov.numer() * q.denom(), cov.denom() * q.numer());
+            let dgamma = QSqrt::new(zero.clone(), reduced(cq_n.clone(), cq_d.clone()), q.clone());
+            let cx_irr = Rational::new_raw(
+                -(gamma.numer() * cq_n),
+                gamma.denom() * cq_d * BigInt::from(p.geom.m),
+            );
             let outs = vec![dgamma, QSqrt::rational(s.sd.clone())];
             let ex = ExactConst {
                 p: zero.clone(),
-                a: &s.sd / &m,
+                a: reduced(sd.numer().clone(), sd.denom() * BigInt::from(p.geom.m)),
                 cx_rat: zero,
-                cx_irr: -(&gamma * &b),
+                cx_irr,
                 gd_r: gamma,
                 mu,
                 q,
@@ -403,5 +445,53 @@ mod tests {
             cases > 500 && cells > 20_000,
             "{cases} cases, {cells} cells"
         );
+    }
+
+    /// `reduced` is `Rational::new` (the same numerator and denominator) on fractions whose
+    /// denominators have small odd parts (the fast path's) and large ones, with common powers
+    /// of two on either side, negative and zero numerators.
+    #[test]
+    fn reduced_is_rational_new() {
+        let mut state = 0x853c49e6748fea9bu64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let odd_parts = [
+            1u64,
+            3,
+            9,
+            81,
+            1296 / 16,
+            3125,
+            253_125,
+            999_999_999_989,
+            (1 << 63) + 1,
+        ];
+        for t in 0..4000 {
+            let n = (BigInt::from(next() >> (next() % 64)) * BigInt::from(next()))
+                << (next() % 70) as usize;
+            let n = if t % 3 == 0 { -n } else { n };
+            let n = if t % 97 == 0 { BigInt::zero() } else { n };
+            let odd = BigInt::from(odd_parts[t % odd_parts.len()]);
+            let d = if t % 11 == 0 {
+                odd * BigInt::from(next() | 1) * BigInt::from(next() | 1)
+            } else {
+                odd << (next() % 90) as usize
+            };
+            let common = BigInt::from(next() % 7 + 1) << (next() % 5) as usize;
+            let (n, d) = (n * &common, d * &common);
+            let (want, got) = (
+                Rational::new(n.clone(), d.clone()),
+                reduced(n.clone(), d.clone()),
+            );
+            assert_eq!(
+                (got.numer(), got.denom()),
+                (want.numer(), want.denom()),
+                "{n}/{d}"
+            );
+        }
     }
 }
