@@ -41,6 +41,7 @@ pub mod formats;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod judge;
+pub mod mem;
 pub mod par;
 pub mod peers;
 pub mod precision;

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, u8)] = &[
     ("error", 0),
     ("par", 0),
+    ("mem", 0),
     ("formats", 1),
     ("fast", 2),
     ("precision", 3),

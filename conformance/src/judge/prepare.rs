@@ -588,7 +588,7 @@ pub fn chunks(cases: &[SuiteCase], max_values: usize) -> Vec<std::ops::Range<usi
 
 /// The number of input values of a case (all inputs together), also of a lean case whose
 /// inputs are left out (`suite::generate::generate_listed_lean`): from its op and shape.
-fn input_values(c: &SuiteCase) -> usize {
+pub(crate) fn input_values(c: &SuiteCase) -> usize {
     if !c.inputs.is_empty() {
         return c.inputs.values().map(Vec::len).sum();
     }

@@ -295,8 +295,21 @@ fn judge_dir_in_chunks(
         results: Vec::with_capacity(s.cases.len()),
         failing: vec![],
     };
+    let mut largest = 0;
     for range in crate::judge::prepare::chunks(&s.cases, chunk_cells) {
         let (start, end) = (range.start, range.end);
+        // Before a chunk larger than every one before it (the only kind that can raise the
+        // process's peak), the free pages the allocator keeps of the earlier chunks go back
+        // to the system: the peak is then about the largest chunk's working set, not that
+        // plus what the threads' arenas kept (scale suite f32: 77 -> 59 MB).
+        let values: usize = s.cases[range.clone()]
+            .iter()
+            .map(crate::judge::prepare::input_values)
+            .sum();
+        if values > largest {
+            largest = values;
+            crate::mem::release_free_pages();
+        }
         // Each case moved out of the suite (its inputs), the rest of it left in place.
         let mut chunk: Vec<SuiteCase> = s.cases[start..end]
             .iter_mut()
