@@ -707,13 +707,9 @@ pub(crate) fn sum_iv(v: &[Iv]) -> Iv {
 /// [`sum_iv`] of the terms `f(lo..hi)`, formed as they are summed (pairwise: halves split at
 /// `len/2`, runs of at most 8 summed in order; the same tree as a slice of them).
 pub(crate) fn sum_iv_by(lo: usize, hi: usize, f: &impl Fn(usize) -> Iv) -> Iv {
-    let n = hi - lo;
-    if n <= 8 {
-        (lo..hi).fold(Iv::ZERO, |a, i| a.add(f(i)))
-    } else {
-        let mid = lo + n / 2;
-        sum_iv_by(lo, mid, f).add(sum_iv_by(mid, hi, f))
-    }
+    // (walked as `sum_ivs_by` walks it: one loop, no recursion)
+    let [s] = sum_ivs_by(lo, hi, &|i| ([f(i)], ()), &mut |_, ()| {});
+    s
 }
 
 /// `K` sums of [`sum_iv_by`]'s tree at once (the terms `f(i).0[k]`), each bit for bit

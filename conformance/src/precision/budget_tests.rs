@@ -1359,8 +1359,20 @@ fn lane_totals_are_the_budgets_totals() {
         .is_none());
 }
 
-/// `sum_ivs_by` (the tree walked without recursion, `K` sums at once) gives each sum bit for
-/// bit as `sum_iv_by`'s recursive tree, and calls `seq` on every term once, in order: at every
+/// The pairwise tree of `sum_iv_by`'s docs, by recursion: halves split at `len/2`, runs of at
+/// most 8 summed in order.
+fn recursive_sum_iv_by(lo: usize, hi: usize, f: &impl Fn(usize) -> Iv) -> Iv {
+    let n = hi - lo;
+    if n <= 8 {
+        (lo..hi).fold(Iv::ZERO, |a, i| a.add(f(i)))
+    } else {
+        let mid = lo + n / 2;
+        recursive_sum_iv_by(lo, mid, f).add(recursive_sum_iv_by(mid, hi, f))
+    }
+}
+
+/// `sum_ivs_by` (the tree walked without recursion, `K` sums at once; `sum_iv_by` is its
+/// `K = 1`) gives each sum bit for bit as the recursive tree, and calls `seq` on every term once, in order: at every
 /// length to 300 (runs of 1 to 8 at every depth) and at long ones (deep trees, odd splits).
 #[test]
 fn sum_ivs_by_is_the_recursive_tree() {
@@ -1397,7 +1409,13 @@ fn sum_ivs_by_is_the_recursive_tree() {
             "seq out of order at n = {n}"
         );
         for k in 0..2 {
-            let want = sum_iv_by(0, n, &|i| t[i][k]);
+            let want = recursive_sum_iv_by(0, n, &|i| t[i][k]);
+            let one = sum_iv_by(0, n, &|i| t[i][k]);
+            assert_eq!(
+                (one.v.to_bits(), one.e.to_bits()),
+                (want.v.to_bits(), want.e.to_bits()),
+                "sum_iv_by, n = {n}"
+            );
             assert_eq!(
                 (got[k].v.to_bits(), got[k].e.to_bits()),
                 (want.v.to_bits(), want.e.to_bits()),
