@@ -61,7 +61,11 @@ impl Fold {
             (self.worst, self.key, self.budget) = (i, key, *b);
         }
         self.n_over += (key > k) as usize;
-        self.allowed = self.allowed.max(k * u * total);
+        // (`f64::max` of a maximum that is never NaN, without its test: a NaN is left out)
+        let allowed = k * u * total;
+        if allowed > self.allowed {
+            self.allowed = allowed;
+        }
     }
 
     /// Fold the elements after these.

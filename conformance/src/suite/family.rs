@@ -763,7 +763,10 @@ fn quick_ill_posed(
         let mv_err = mv_err + mv * 8.0 * E;
         [t.0, ax, mv + mv_err, mv - mv_err]
     };
-    // Four lanes of sums (the f64 sum's bound below holds in any order) and maxima.
+    // Four lanes of sums (the f64 sum's bound below holds in any order) and maxima
+    // (`f64::max` of an accumulator that is never NaN: a NaN term is left out as it leaves it
+    // out, without its test).
+    let above = |m: f64, v: f64| if v > m { v } else { m };
     const L: usize = 4;
     let mut acc = [[0.0f64; L]; 4];
     let lanes = x.chunks_exact(L);
@@ -773,16 +776,16 @@ fn quick_ill_posed(
             let c = cell(ch[l]);
             acc[0][l] += c[0];
             acc[1][l] += c[1];
-            acc[2][l] = acc[2][l].max(c[2]);
-            acc[3][l] = acc[3][l].max(c[3]);
+            acc[2][l] = above(acc[2][l], c[2]);
+            acc[3][l] = above(acc[3][l], c[3]);
         }
     }
     for &v in rest {
         let c = cell(v);
         acc[0][0] += c[0];
         acc[1][0] += c[1];
-        acc[2][0] = acc[2][0].max(c[2]);
-        acc[3][0] = acc[3][0].max(c[3]);
+        acc[2][0] = above(acc[2][0], c[2]);
+        acc[3][0] = above(acc[3][0], c[3]);
     }
     let sum = |a: [f64; L]| (a[0] + a[1]) + (a[2] + a[3]);
     let max = |a: [f64; L]| a[0].max(a[1]).max(a[2]).max(a[3]);
