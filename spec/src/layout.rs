@@ -232,19 +232,33 @@ impl Geometry {
     /// assert_eq!(g.channel_offsets(2).collect::<Vec<_>>(), [2, 5, 8, 11]);
     /// ```
     pub fn channel_offsets(&self, c: usize) -> ChannelOffsets {
-        let (start, run, step) = match self.layout {
-            Layout::Rows | Layout::Flat | Layout::Chw => (c * self.m, self.m, self.m),
-            Layout::Nchw | Layout::Nc | Layout::Ncl | Layout::Ncdhw => {
-                (c * self.hw, self.hw, self.c * self.hw)
-            }
-            Layout::Nhwc | Layout::Ndhwc => (c, 1, self.c),
-        };
+        let (start, run, step) = self.channel_runs(c);
         ChannelOffsets {
             next: start,
             left_in_run: run,
             run,
             jump: step - run + 1,
             remaining: self.m,
+        }
+    }
+
+    /// Channel `c`'s cells as runs: `(start, run, step)` with cell `k` at
+    /// `start + (k / run)·step + k % run` (what [`Geometry::channel_offsets`] steps through).
+    ///
+    /// ```
+    /// # use bnconf_spec::{Geometry, Layout};
+    /// let g = Geometry::new(Layout::Nchw, &[2, 3, 2, 1], 1 << 10).unwrap();
+    /// let (start, run, step) = g.channel_runs(1);
+    /// let at = |k: usize| start + (k / run) * step + k % run;
+    /// assert_eq!((0..g.m).map(at).collect::<Vec<_>>(), g.channel_offsets(1).collect::<Vec<_>>());
+    /// ```
+    pub fn channel_runs(&self, c: usize) -> (usize, usize, usize) {
+        match self.layout {
+            Layout::Rows | Layout::Flat | Layout::Chw => (c * self.m, self.m, self.m),
+            Layout::Nchw | Layout::Nc | Layout::Ncl | Layout::Ncdhw => {
+                (c * self.hw, self.hw, self.c * self.hw)
+            }
+            Layout::Nhwc | Layout::Ndhwc => (c, 1, self.c),
         }
     }
 

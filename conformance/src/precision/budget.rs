@@ -402,24 +402,80 @@ impl<'a> CellData<'a> {
     }
 }
 
-/// A channel's cells of one input, gathered (as the input holds them).
-enum Gathered {
-    F64(Vec<f64>),
-    F32(Vec<f32>),
+/// A channel's cells of one input, read where the case holds them (no copy of the channel):
+/// cell `i` at `start + (i / run)·step + i % run` ([`bnconf_spec::Geometry::channel_runs`]).
+#[derive(Clone, Copy)]
+pub(crate) struct InPlace<'a> {
+    data: CellData<'a>,
+    start: usize,
+    run: usize,
+    step: usize,
+    m: usize,
 }
 
-impl Gathered {
-    fn data(&self) -> CellData<'_> {
-        match self {
-            Gathered::F64(v) => CellData::F64(v),
-            Gathered::F32(v) => CellData::F32(v),
+impl<'a> InPlace<'a> {
+    fn new(g: &bnconf_spec::Geometry, c: usize, data: CellData<'a>) -> InPlace<'a> {
+        let (start, run, step) = g.channel_runs(c);
+        InPlace {
+            data,
+            start,
+            run,
+            step,
+            m: g.m,
         }
+    }
+
+    /// Cell `i`'s value, as f64.
+    fn at(&self, i: usize) -> f64 {
+        self.data
+            .at(self.start + (i / self.run) * self.step + i % self.run)
+    }
+}
+
+/// Cells `step` apart (a channels-last channel), in one storage type.
+struct Strided<'a, T> {
+    data: &'a [T],
+    start: usize,
+    step: usize,
+    m: usize,
+}
+
+/// Runs of `run >= 2` cells, `step` apart (a channels-first channel of several examples), in
+/// one storage type, for `m <= 2^32` cells: `i / run` as `(i·magic) >> 64` with
+/// `magic = ceil(2^64 / run)`, exact for every `i < 2^32` and `run < 2^32` (Lemire, Kaser
+/// and Kurz, "Faster remainder by direct computation", 2019, theorem 1).
+struct Runs<'a, T> {
+    data: &'a [T],
+    start: usize,
+    run: usize,
+    step: usize,
+    m: usize,
+    magic: u64,
+}
+
+impl<'a, T> Runs<'a, T> {
+    fn new(data: &'a [T], v: &InPlace) -> Runs<'a, T> {
+        debug_assert!(v.run >= 2 && (v.m as u64) <= 1 << 32 && (v.run as u64) < 1 << 32);
+        Runs {
+            data,
+            start: v.start,
+            run: v.run,
+            step: v.step,
+            m: v.m,
+            magic: u64::MAX / v.run as u64 + 1,
+        }
+    }
+
+    #[inline(always)]
+    fn offset(&self, i: usize) -> usize {
+        let q = ((i as u128 * self.magic as u128) >> 64) as usize;
+        self.start + q * self.step + (i - q * self.run)
     }
 }
 
 /// [`case_bounds_f64`] with the inputs given by name (`input(name)` for every input of `op`:
 /// cells in layout order, per-channel inputs one per channel), f64 or f32: the same bounds
-/// for the same values, and a channel's cells gathered in the input's own width.
+/// for the same values, and a channel's cells read where the input holds them.
 pub fn case_bounds_of<'a>(
     op: Op,
     geom: &bnconf_spec::Geometry,
@@ -432,19 +488,12 @@ pub fn case_bounds_of<'a>(
         .into_par_iter()
         .map(|c| {
             let mut values = BTreeMap::new();
-            let mut gathered = BTreeMap::new();
+            let mut floats = BTreeMap::new();
             for &name in op.inputs() {
                 let data = input(name);
                 match Op::extent(name) {
                     Extent::Cells => {
-                        let cells = g.channel_offsets(c);
-                        gathered.insert(
-                            name,
-                            match data {
-                                CellData::F64(v) => Gathered::F64(cells.map(|i| v[i]).collect()),
-                                CellData::F32(v) => Gathered::F32(cells.map(|i| v[i]).collect()),
-                            },
-                        );
+                        floats.insert(name, InPlace::new(g, c, data));
                     }
                     Extent::Channel => {
                         values.insert(name, vec![q(data.at(c))]);
@@ -454,8 +503,6 @@ pub fn case_bounds_of<'a>(
                     }
                 }
             }
-            let floats: BTreeMap<&'static str, CellData> =
-                gathered.iter().map(|(&n, v)| (n, v.data())).collect();
             let inp = ChannelIn {
                 values,
                 convention: None,
@@ -899,7 +946,7 @@ pub(crate) fn eb(cond: f64, mag: f64) -> ElementBudget {
 /// f64 (converted to exact numbers only if an exact fallback needs them).
 enum CellSource<'a> {
     Exact,
-    Floats(&'a BTreeMap<&'static str, CellData<'a>>),
+    Floats(&'a BTreeMap<&'static str, InPlace<'a>>),
 }
 
 /// [`iv_of`] of an f64 (the same enclosure, without building the exact number).
@@ -945,7 +992,7 @@ fn bound_channel_from(
                 CellSource::Exact => inp.values[n].iter().map(iv_of).collect(),
                 CellSource::Floats(f) => {
                     let d = f[n];
-                    (0..d.len()).map(|i| iv_of_f64(d.at(i))).collect()
+                    (0..d.m).map(|i| iv_of_f64(d.at(i))).collect()
                 }
             }
         };
@@ -1188,17 +1235,70 @@ fn channel_bound(
             let dy = has_dy.then(|| ivs("dy"));
             channel_bound_of(op, c, inp, src, eps, &ivs("x")[..], dy.as_deref())
         }
-        CellSource::Floats(f) => match (f["x"], has_dy.then(|| f["dy"])) {
-            (CellData::F32(x), None) => channel_bound_of::<[f32]>(op, c, inp, src, eps, x, None),
-            (CellData::F32(x), Some(CellData::F32(d))) => {
-                channel_bound_of(op, c, inp, src, eps, x, Some(d))
+        CellSource::Floats(f) => {
+            let (x, dy) = (f["x"], has_dy.then(|| f["dy"]));
+            let b = Bind {
+                op,
+                c,
+                inp,
+                src,
+                eps,
+            };
+            match (x.data, dy.map(|d| d.data)) {
+                (CellData::F32(xv), None) => b.by_kind::<f32>(&x, xv, None),
+                (CellData::F32(xv), Some(CellData::F32(dv))) => b.by_kind(&x, xv, Some(dv)),
+                (CellData::F64(xv), None) => b.by_kind::<f64>(&x, xv, None),
+                (CellData::F64(xv), Some(CellData::F64(dv))) => b.by_kind(&x, xv, Some(dv)),
+                _ => channel_bound_of(op, c, inp, src, eps, &x, dy.as_ref()),
             }
-            (CellData::F64(x), None) => channel_bound_of::<[f64]>(op, c, inp, src, eps, x, None),
-            (CellData::F64(x), Some(CellData::F64(d))) => {
-                channel_bound_of(op, c, inp, src, eps, x, Some(d))
-            }
-            (x, d) => channel_bound_of(op, c, inp, src, eps, &x, d.as_ref()),
-        },
+        }
+    }
+}
+
+/// [`channel_bound_of`]'s arguments but the cells.
+struct Bind<'b, 'a> {
+    op: Op,
+    c: usize,
+    inp: &'b ChannelIn<QSqrt>,
+    src: &'b CellSource<'a>,
+    eps: &'b Rational,
+}
+
+impl Bind<'_, '_> {
+    /// [`channel_bound_of`] with the cells of `x` (and `dy`, the same runs) in storage `T`,
+    /// compiled for the kind of their runs: one run (a slice), single cells, or runs.
+    fn by_kind<T: Copy + Into<f64> + Sync>(
+        &self,
+        x: &InPlace,
+        xv: &[T],
+        dy: Option<&[T]>,
+    ) -> Result<ChannelBound, SpecError>
+    where
+        [T]: CellGet,
+    {
+        let (op, c, inp, src, eps) = (self.op, self.c, self.inp, self.src, self.eps);
+        let (start, m) = (x.start, x.m);
+        if x.run >= m {
+            let dy = dy.map(|v| &v[start..start + m]);
+            channel_bound_of::<[T]>(op, c, inp, src, eps, &xv[start..start + m], dy)
+        } else if x.run == 1 {
+            let v = |data| Strided {
+                data,
+                start,
+                step: x.step,
+                m,
+            };
+            channel_bound_of(op, c, inp, src, eps, &v(xv), dy.map(v).as_ref())
+        } else if (m as u64) <= 1 << 32 && (x.run as u64) < 1 << 32 {
+            let v = |data| Runs::new(data, x);
+            channel_bound_of(op, c, inp, src, eps, &v(xv), dy.map(v).as_ref())
+        } else {
+            let dy = dy.map(|_| match src {
+                CellSource::Floats(f) => f["dy"],
+                CellSource::Exact => unreachable!("cells in place"),
+            });
+            channel_bound_of(op, c, inp, src, eps, x, dy.as_ref())
+        }
     }
 }
 
@@ -1219,7 +1319,7 @@ fn channel_bound_of<X: CellGet + ?Sized>(
             CellSource::Exact => inp.values["x"].clone(),
             CellSource::Floats(f) => {
                 let x = f["x"];
-                (0..x.len())
+                (0..x.m)
                     .map(|i| QSqrt::rational(f64_to_rational(x.at(i)).expect("finite input")))
                     .collect()
             }
@@ -1550,13 +1650,33 @@ impl CellGet for [f64] {
     }
 }
 
-impl CellGet for CellData<'_> {
+impl CellGet for InPlace<'_> {
     fn len(&self) -> usize {
-        CellData::len(self)
+        self.m
     }
     #[inline(always)]
     fn get(&self, i: usize) -> Iv {
         iv_of_f64(self.at(i))
+    }
+}
+
+impl<T: Copy + Into<f64> + Sync> CellGet for Strided<'_, T> {
+    fn len(&self) -> usize {
+        self.m
+    }
+    #[inline(always)]
+    fn get(&self, i: usize) -> Iv {
+        iv_of_f64(self.data[self.start + i * self.step].into())
+    }
+}
+
+impl<T: Copy + Into<f64> + Sync> CellGet for Runs<'_, T> {
+    fn len(&self) -> usize {
+        self.m
+    }
+    #[inline(always)]
+    fn get(&self, i: usize) -> Iv {
+        iv_of_f64(self.data[self.offset(i)].into())
     }
 }
 

@@ -1425,3 +1425,88 @@ fn sum_ivs_by_is_the_recursive_tree() {
         }
     }
 }
+
+/// A channel's cells read in place (`InPlace`, and compiled per kind: `Strided`, `Runs`) are
+/// its cells in `channel_offsets`' order, in every layout kind; `Runs`' division by
+/// multiplication is `i / run` for every `i < 2^32` tried, at runs of every size class to
+/// `2^32 − 1`.
+#[test]
+fn cells_in_place_are_the_channel_offsets_cells() {
+    use bnconf_spec::{Geometry, Layout};
+    let shapes: [(Layout, &[usize]); 7] = [
+        (Layout::Nchw, &[3, 2, 7, 9]),
+        (Layout::Nchw, &[1, 3, 4, 5]),
+        (Layout::Nhwc, &[2, 3, 3, 4]),
+        (Layout::Ncl, &[5, 2, 16]),
+        (Layout::Ncdhw, &[2, 3, 2, 2, 3]),
+        (Layout::Ndhwc, &[2, 2, 2, 3, 3]),
+        (Layout::Nc, &[7, 3]),
+    ];
+    for (layout, shape) in shapes {
+        let g = Geometry::new(layout, shape, 1 << 20).unwrap();
+        let data: Vec<f32> = (0..g.len()).map(|i| i as f32 * 0.5 - 3.0).collect();
+        for c in 0..g.c {
+            let want: Vec<f64> = g.channel_offsets(c).map(|i| data[i] as f64).collect();
+            let v = InPlace::new(&g, c, CellData::F32(&data));
+            let got: Vec<f64> = (0..g.m).map(|i| v.get(i).v).collect();
+            assert_eq!(got, want, "{layout:?} {shape:?} channel {c}: in place");
+            if v.run == 1 {
+                let s = Strided {
+                    data: &data[..],
+                    start: v.start,
+                    step: v.step,
+                    m: v.m,
+                };
+                let got: Vec<f64> = (0..g.m).map(|i| s.get(i).v).collect();
+                assert_eq!(got, want, "{layout:?} {shape:?} channel {c}: strided");
+            } else if v.run < g.m {
+                let r = Runs::new(&data[..], &v);
+                let got: Vec<f64> = (0..g.m).map(|i| r.get(i).v).collect();
+                assert_eq!(got, want, "{layout:?} {shape:?} channel {c}: runs");
+            }
+        }
+    }
+    let mut state = 0x2545f4914f6cdd1du64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let runs = [
+        2u64,
+        3,
+        7,
+        1 << 10,
+        351_649,
+        (1 << 31) - 1,
+        1 << 31,
+        (1 << 31) + 1,
+        u32::MAX as u64,
+    ];
+    for &run in &runs {
+        let v = InPlace {
+            data: CellData::F32(&[]),
+            start: 0,
+            run: run as usize,
+            step: run as usize,
+            m: 1 << 32,
+        };
+        let r = Runs::<f32>::new(&[], &v);
+        let mut is: Vec<u64> = vec![
+            0,
+            1,
+            run - 1,
+            run,
+            run + 1,
+            u32::MAX as u64,
+            (u32::MAX - 1) as u64,
+        ];
+        is.extend((0..20_000).map(|_| next() >> 32));
+        is.extend((1..(u32::MAX as u64 / run).min(5000)).flat_map(|k| [k * run - 1, k * run]));
+        for i in is.into_iter().filter(|&i| i <= u32::MAX as u64) {
+            let q = ((i as u128 * r.magic as u128) >> 64) as u64;
+            assert_eq!(q, i / run, "{i} / {run}");
+        }
+    }
+}
