@@ -280,7 +280,10 @@ fn read_npy_path_as(
 /// `max_elems` elements is refused before reading anything (a sparse 10 GiB file costs
 /// nothing); the exact size is checked against the header.
 fn open_npy(path: &Path, max_elems: usize) -> Result<(std::io::BufReader<std::fs::File>, u64)> {
-    let cap = MAX_PREAMBLE + MAX_HEADER_BYTES as u64 + (max_elems as u64).saturating_mul(8);
+    // (saturating: a --max-elems near 2^64 is no limit, not a wrapped-around small one)
+    let cap = (max_elems as u64)
+        .saturating_mul(8)
+        .saturating_add(MAX_PREAMBLE + MAX_HEADER_BYTES as u64);
     let what = format!("an npy header and {max_elems} elements of at most 8 bytes");
     let (f, file_len) = fsafe::open_regular(path, cap, &what)?;
     Ok((std::io::BufReader::new(f), file_len))

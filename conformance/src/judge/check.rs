@@ -2,7 +2,7 @@
 //! by element, with the budget of docs/DESIGN.md §3 (`budget`): the worst element of each
 //! output and the case's verdict.
 
-use crate::judge::verdict::output_result;
+use crate::judge::verdict::{output_result, output_result_in};
 use crate::par::*;
 use std::collections::BTreeMap;
 
@@ -122,6 +122,36 @@ impl Prepared {
             |i| self.exact_at(name, i),
             |i| self.budget_at(name, i),
         ))
+    }
+}
+
+impl Prepared {
+    /// [`Prepared::judge_output`] of a large case's cell output held as binary32 (as its file
+    /// holds it: 4 bytes a value instead of 8): the same result for the same values, or `None`
+    /// where its one-pass summary ([`Prepared::cell_summary`]) does not apply or the length
+    /// is not the output's (the caller then reads it as f64).
+    pub fn judge_output_f32(&self, name: &str, vals: &[f32]) -> Option<OutputResult> {
+        let u = self.case.dtype_of(name).unit_roundoff();
+        if vals.len() != self.output_len(name) {
+            return None;
+        }
+        let s = self.cell_summary(name, vals, u)?;
+        Some(output_result_in(
+            name,
+            s,
+            vals,
+            |i| self.exact_at(name, i),
+            |i| self.budget_at(name, i),
+        ))
+    }
+
+    /// The result of outputs judged one by one ([`Prepared::judge_output`],
+    /// [`Prepared::judge_output_f32`]) when none has an element over the allowance: what
+    /// [`Prepared::judge`] gives then (a passing result keeps no outputs); `None` otherwise.
+    pub fn passing(&self, outs: Vec<OutputResult>) -> Option<CaseResult> {
+        outs.iter()
+            .all(|o| o.n_over == 0)
+            .then(|| self.result(Verdict::Pass, outs))
     }
 }
 

@@ -187,13 +187,28 @@ impl Prepared {
     /// elements that a plain-f64 bracket of the exact value shows cannot be the worst and are on
     /// one side of the gate.
     pub fn ratio_summary(&self, name: &str, vals: &[f64], u: f64) -> RatioSummary {
-        if let (None, Some(f), Some(cb)) = (self.budgets.get(name), &self.fast, &self.cell_bounds) {
-            if u >= SUMMARY_MIN_U {
-                return fast_cell_summary(f, cb, vals, u, self.k).0;
-            }
+        if let Some(s) = self.cell_summary(name, vals, u) {
+            return s;
         }
         let (ratios, allowed) = self.ratios_and_allowed(name, vals, u);
         RatioSummary::of(&ratios, self.k, allowed)
+    }
+
+    /// A large case's cell output summarised in one pass over its cells
+    /// ([`fast_cell_summary`]), its values in their own width (f64 or binary32); `None` where
+    /// that pass does not apply (`ratio_summary` then forms every ratio).
+    pub(crate) fn cell_summary<T: Copy + Into<f64> + Sync>(
+        &self,
+        name: &str,
+        vals: &[T],
+        u: f64,
+    ) -> Option<RatioSummary> {
+        match (self.budgets.get(name), &self.fast, &self.cell_bounds) {
+            (None, Some(f), Some(cb)) if u >= SUMMARY_MIN_U => {
+                Some(fast_cell_summary(f, cb, vals, u, self.k).0)
+            }
+            _ => None,
+        }
     }
 
     /// [`Prepared::ratios`], and the largest error the gate accepts on any element,
@@ -310,10 +325,10 @@ const SUMMARY_MIN_U: f64 = 1.0 / (1u64 << 40) as f64;
 /// where the bracket leaves open its side of the gate or whether it could be the worst so
 /// far. The same summary, bit for bit and for any thread count, as the ratios of
 /// [`fast_cell_ratios`] give ([`RatioSummary::of`]); and how many ratios it formed.
-fn fast_cell_summary(
+fn fast_cell_summary<T: Copy + Into<f64> + Sync>(
     f: &crate::fast::cells::FastCells,
     cb: &[CellBound],
-    vals: &[f64],
+    vals: &[T],
     u: f64,
     k: f64,
 ) -> (RatioSummary, usize) {
@@ -327,7 +342,7 @@ fn fast_cell_summary(
                 // SAFETY: the CPU supports AVX2 and FMA (use_fma checked it at run time).
                 return unsafe { summary_chunk_fma(f, cb, vals, (lo, hi, u, k)) };
             }
-            summary_chunk::<crate::fast::dd::Portable>(f, cb, vals, (lo, hi, u, k))
+            summary_chunk::<crate::fast::dd::Portable, T>(f, cb, vals, (lo, hi, u, k))
         })
         .collect::<Vec<(RatioSummary, usize)>>()
         .into_iter()
@@ -343,10 +358,10 @@ const UP: f64 = 1.0 + 1.0 / (1u64 << 40) as f64;
 
 /// One chunk of [`fast_cell_summary`], cells `lo..hi` (`(lo, hi, u, k)`).
 #[inline(always)]
-fn summary_chunk<P: crate::fast::dd::Prod>(
+fn summary_chunk<P: crate::fast::dd::Prod, T: Copy + Into<f64>>(
     f: &crate::fast::cells::FastCells,
     cb: &[CellBound],
-    vals: &[f64],
+    vals: &[T],
     (lo, hi, u, k): (usize, usize, f64, f64),
 ) -> (RatioSummary, usize) {
     let (mut s, mut formed) = (RatioSummary::EMPTY, 0);
@@ -382,7 +397,7 @@ fn summary_chunk<P: crate::fast::dd::Prod>(
             if allowed > s.allowed {
                 s.allowed = allowed;
             }
-            let v = vals[j];
+            let v: f64 = vals[j].into();
             if let Some((y, e)) = f.value_f64_in(c, j) {
                 let scale = u * total;
                 if v.abs() <= 2f64.powi(1000) && total.is_finite() && scale >= 2f64.powi(-900) {
@@ -414,13 +429,13 @@ fn summary_chunk<P: crate::fast::dd::Prod>(
 /// [`summary_chunk`] compiled for CPUs with FMA (see [`ratio_chunk_fma`]).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn summary_chunk_fma(
+fn summary_chunk_fma<T: Copy + Into<f64>>(
     f: &crate::fast::cells::FastCells,
     cb: &[CellBound],
-    vals: &[f64],
+    vals: &[T],
     at: (usize, usize, f64, f64),
 ) -> (RatioSummary, usize) {
-    summary_chunk::<crate::fast::dd::Fused>(f, cb, vals, at)
+    summary_chunk::<crate::fast::dd::Fused, T>(f, cb, vals, at)
 }
 
 /// The ratio of element `i` of a fast case: from the double-double value and its error bound,

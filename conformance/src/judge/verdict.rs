@@ -194,6 +194,18 @@ pub(crate) fn output_result(
     exact_at: impl Fn(usize) -> QSqrt,
     budget_at: impl Fn(usize) -> ElementBudget,
 ) -> OutputResult {
+    output_result_in(name, s, vals, exact_at, budget_at)
+}
+
+/// [`output_result`] of values held in their own width (f64 or binary32): the same result
+/// for the same values.
+pub(crate) fn output_result_in<T: Copy + Into<f64> + Sync>(
+    name: &str,
+    s: RatioSummary,
+    vals: &[T],
+    exact_at: impl Fn(usize) -> QSqrt,
+    budget_at: impl Fn(usize) -> ElementBudget,
+) -> OutputResult {
     let worst_exact = exact_at(s.worst);
     OutputResult {
         name: name.to_string(),
@@ -201,12 +213,12 @@ pub(crate) fn output_result(
         index: s.worst,
         expected: worst_exact.to_string(),
         expected_f64: round(&worst_exact, FloatFormat::F64).to_f64(),
-        actual: vals[s.worst],
+        actual: vals[s.worst].into(),
         budget: budget_at(s.worst),
         n_over: s.n_over,
         len: vals.len(),
         rank: None,
-        allowed_rel: allowed_rel_of(vals, s.allowed),
+        allowed_rel: allowed_rel_in(vals, s.allowed),
     }
 }
 
@@ -225,6 +237,11 @@ pub fn max_allowed(budgets: &[ElementBudget], k: f64, u: f64) -> f64 {
 
 /// [`allowed_rel`] from the largest allowed error ([`max_allowed`]).
 pub fn allowed_rel_of(vals: &[f64], allowed: f64) -> f64 {
+    allowed_rel_in(vals, allowed)
+}
+
+/// [`allowed_rel_of`] of values held in their own width.
+fn allowed_rel_in<T: Copy + Into<f64> + Sync>(vals: &[T], allowed: f64) -> f64 {
     if allowed == 0.0 {
         return 0.0;
     }
@@ -240,12 +257,12 @@ pub fn allowed_rel_of(vals: &[f64], allowed: f64) -> f64 {
 
 /// The largest finite `|v|` of `vals` (0 for none), in eight lanes (a maximum: the same in
 /// any order). `|v| < ∞` leaves out the infinities and NaN alike.
-fn largest_finite_abs(vals: &[f64]) -> f64 {
+fn largest_finite_abs<T: Copy + Into<f64>>(vals: &[T]) -> f64 {
     let mut lanes = [0f64; 8];
     let mut chunks = vals.chunks_exact(8);
     for c in &mut chunks {
         for (m, v) in lanes.iter_mut().zip(c) {
-            let a = v.abs();
+            let a = (*v).into().abs();
             if a < f64::INFINITY && a > *m {
                 *m = a;
             }
@@ -254,8 +271,9 @@ fn largest_finite_abs(vals: &[f64]) -> f64 {
     chunks
         .remainder()
         .iter()
-        .chain(&lanes)
-        .map(|v| v.abs())
+        .map(|&v| v.into())
+        .chain(lanes)
+        .map(|v: f64| v.abs())
         .filter(|a| *a < f64::INFINITY)
         .fold(0f64, f64::max)
 }

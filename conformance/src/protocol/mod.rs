@@ -370,7 +370,9 @@ fn judge_dir_in_chunks(
         };
         let results: Vec<CaseResult> = prepared
             .par_iter()
-            .map(|p| p.judge_written(&read_written(dir, p)))
+            .map(|p| {
+                judge_in_width(dir, p).unwrap_or_else(|| p.judge_written(&read_written(dir, p)))
+            })
             .collect();
         for ((mut p, r), slot) in prepared
             .into_iter()
@@ -398,6 +400,45 @@ fn error_msg(e: &ConfError) -> String {
         }
         other => other.to_string(),
     }
+}
+
+/// A large f32 case judged with its cell output as the file holds it, binary32 (4 bytes a
+/// value where [`read_written`] holds 8): `Some` only where every output reads and the case
+/// passes, with [`Prepared::judge_written`]'s result for the same files. Anything else (a
+/// refusal, a malformed or missing file, a failing case, a case without the one-pass summary)
+/// is `None`, and the caller reads and judges the outputs as before.
+fn judge_in_width(dir: &Path, p: &Prepared) -> Option<CaseResult> {
+    let c = &p.case;
+    let cell = c.op.outputs()[0];
+    if !c.shard_sizes.is_empty() || c.dtype_of(cell) != FloatFormat::F32 || p.fast.is_none() {
+        return None;
+    }
+    let out = dir.join(&c.id).join("out");
+    if refusal(&out, "").is_some() {
+        return None;
+    }
+    let mut outs = Vec::with_capacity(c.op.outputs().len());
+    for &name in c.op.outputs() {
+        let path = out.join(format!("{name}.npy"));
+        let want = shape_of(c, name);
+        outs.push(if name == cell {
+            if path.symlink_metadata().is_err() {
+                return None;
+            }
+            // (f64 asked for: a binary32 file comes back in its own width)
+            let n = want.iter().product::<usize>().max(1);
+            match read_npy_any_as(&path, n, Descr::F8).ok()? {
+                (shape, NpyRead::Data(NpyData::F32(v))) if shape == want => {
+                    p.judge_output_f32(name, &v)?
+                }
+                _ => return None,
+            }
+        } else {
+            let v = read_output(&path, &want, c.dtype_of(name)).ok()?;
+            p.judge_output(name, &v).ok()?
+        });
+    }
+    p.passing(outs)
 }
 
 /// Read what a kernel wrote for one case into `DIR/<id>/out/` (every rank's `rank<r>/out/`
@@ -834,6 +875,73 @@ mod tests {
                 assert_eq!(c, &stripped, "{} (chunk {chunk})", c.id);
             }
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A large f32 case judged with its cell output in the file's width (`judge_in_width`)
+    /// gives `judge_written`'s result where it passes (forward and backward, both layouts), and
+    /// leaves to it a failing case, a refused one and a cell output written as f64.
+    #[test]
+    fn judging_in_the_files_width_is_judging_in_f64() {
+        let sel = crate::suite::Selection::from_names(
+            "scale",
+            "f32",
+            crate::suite::DEFAULT_SEED,
+            &["forward", "backward"],
+            &["nchw", "nhwc"],
+        )
+        .unwrap();
+        let mut suite = sel.generate();
+        suite
+            .cases
+            .retain(|c| c.class.ends_with("m65537") || c.class.ends_with("c2051"));
+        assert_eq!(suite.cases.len(), 8);
+        let dir = std::env::temp_dir().join(format!("bnconf-in-width-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        export(&suite, sel.precision, &sel.filter, &dir).unwrap();
+        let good = bnconf_impl::kernel_by_name("twopass-native").unwrap();
+        run_kernel_dir(good.as_ref(), &dir).unwrap();
+        let prepared = prepare(&suite.cases).unwrap();
+        let judged = |p: &Prepared| p.judge_written(&read_written(&dir, p));
+        for p in &prepared {
+            let want = judged(p);
+            assert_eq!(want.verdict, Verdict::Pass, "{}", p.case.id);
+            let got = judge_in_width(&dir, p).expect("a passing large f32 case");
+            assert_eq!(format!("{got:?}"), format!("{want:?}"), "{}", p.case.id);
+        }
+        // One element of a cell output moved by 1e-3 relatively: the case fails, judged as f64.
+        let (p, q, r) = (&prepared[0], &prepared[1], &prepared[2]);
+        let cell = |p: &Prepared| {
+            let name = p.case.op.outputs()[0];
+            (
+                dir.join(&p.case.id).join(format!("out/{name}.npy")),
+                shape_of(&p.case, name),
+            )
+        };
+        let (path, shape) = cell(p);
+        let (_, NpyData::F32(mut v)) = read_npy_any(&path, usize::MAX).unwrap() else {
+            panic!("f32 output")
+        };
+        v[7] *= 1.001;
+        write_npy(&path, &shape, &NpyData::F32(v)).unwrap();
+        assert_eq!(judged(p).verdict, Verdict::Fail);
+        assert!(judge_in_width(&dir, p).is_none());
+        // A cell output written as f64 (the same values): judged as before, read as f64.
+        let (path, shape) = cell(q);
+        let (_, NpyData::F32(v)) = read_npy_any(&path, usize::MAX).unwrap() else {
+            panic!("f32 output")
+        };
+        write_npy(
+            &path,
+            &shape,
+            &NpyData::F64(v.iter().map(|&x| x as f64).collect()),
+        )
+        .unwrap();
+        assert!(judge_in_width(&dir, q).is_none());
+        // A refusal.
+        write_bytes(&dir.join(&r.case.id).join("out/unsupported"), b"not today").unwrap();
+        assert!(judge_in_width(&dir, r).is_none());
+        assert!(matches!(judged(r).verdict, Verdict::Unsupported(_)));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
