@@ -574,12 +574,13 @@ pub const JUDGE_CHUNK_CELLS: usize = 1 << 20;
 /// The streaming judge's working set per cell of the cases in hand (docs/PERF.md, "Judging
 /// the scale suite"), for a backward case of binary32 values (inputs `x`, `dy`, output `dx` per
 /// cell), at most: 16 bytes of inputs (f64, as the suite holds them), 8 of the fast cells' f32
-/// copy, 8 of the bounds' per-channel gather (f32) and 12 of the kernel's output (read as f32,
-/// kept as f64). Budgets are computed where each ratio is, never stored ([`CellBound`]); few
-/// ratios are formed. A lean suite's large case (the scale suite's: [`prepare_owned_lean`]) is
-/// made as its fast problem, never as f64 (`suite::generate::remake_fast`), and its outputs
-/// are read straight into f64: 8 bytes a cell of inputs and 8 of the output, about 16 at its
-/// peak.
+/// copy and 12 of the kernel's output (read as f32, kept as f64), with room to spare (the
+/// bounds read a channel's cells in place). Budgets are computed where each ratio is, never
+/// stored ([`CellBound`]); few ratios are formed. A lean suite's large case (the scale
+/// suite's: [`prepare_owned_lean`]) is made as its fast problem, never as f64
+/// (`suite::generate::remake_fast`): 8 bytes a cell of inputs, and its f32 cell output is
+/// judged as the file holds it (`protocol::judge_in_width`: 4 bytes a cell, 8 where the case
+/// does not pass and is judged again as f64), about 12 at its peak.
 pub const JUDGE_BYTES_PER_CELL: usize = 48;
 
 /// Consecutive runs of `cases`, in order, each of at most `max_values` input values (all
