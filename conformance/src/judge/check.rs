@@ -2,7 +2,7 @@
 //! by element, with the budget of docs/DESIGN.md §3 (`budget`): the worst element of each
 //! output and the case's verdict.
 
-use crate::judge::verdict::{output_result, output_result_in};
+use crate::judge::verdict::output_result;
 use crate::par::*;
 use std::collections::BTreeMap;
 
@@ -136,7 +136,7 @@ impl Prepared {
             return None;
         }
         let s = self.cell_summary(name, vals, u)?;
-        Some(output_result_in(
+        Some(output_result(
             name,
             s,
             vals,

@@ -61,11 +61,7 @@ impl Fold {
             (self.worst, self.key, self.budget) = (i, key, *b);
         }
         self.n_over += (key > k) as usize;
-        // (`f64::max` of a maximum that is never NaN, without its test: a NaN is left out)
-        let allowed = k * u * total;
-        if allowed > self.allowed {
-            self.allowed = allowed;
-        }
+        self.allowed = crate::precision::budget::max_not_nan(self.allowed, k * u * total);
     }
 
     /// Fold the elements after these.

@@ -392,11 +392,7 @@ fn summary_chunk<P: crate::fast::dd::Prod, T: Copy + Into<f64>>(
             } else {
                 bc.at(x, d).total(u)
             };
-            // (`f64::max` without its test for NaN: a budget is never NaN, `nan_as_infinity`)
-            let allowed = k * u * total;
-            if allowed > s.allowed {
-                s.allowed = allowed;
-            }
+            s.allowed = crate::precision::budget::max_not_nan(s.allowed, k * u * total);
             let v: f64 = vals[j].into();
             if let Some((y, e)) = f.value_f64_in(c, j) {
                 let scale = u * total;

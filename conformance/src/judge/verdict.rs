@@ -4,6 +4,7 @@
 
 use crate::judge::budget::ElementBudget;
 use crate::par::*;
+use crate::precision::budget::max_not_nan;
 use crate::suite::Level;
 use bnconf_spec::exact::round::{round, FloatFormat};
 use bnconf_spec::QSqrt;
@@ -185,21 +186,9 @@ pub(crate) fn worst_of(
     )
 }
 
-/// The [`OutputResult`] of an output of values `vals` from its [`RatioSummary`] (of at least
-/// one element).
-pub(crate) fn output_result(
-    name: &str,
-    s: RatioSummary,
-    vals: &[f64],
-    exact_at: impl Fn(usize) -> QSqrt,
-    budget_at: impl Fn(usize) -> ElementBudget,
-) -> OutputResult {
-    output_result_in(name, s, vals, exact_at, budget_at)
-}
-
-/// [`output_result`] of values held in their own width (f64 or binary32): the same result
-/// for the same values.
-pub(crate) fn output_result_in<T: Copy + Into<f64> + Sync>(
+/// The [`OutputResult`] of an output of values `vals` (f64, or binary32 as a file holds them)
+/// from its [`RatioSummary`] (of at least one element).
+pub(crate) fn output_result<T: Copy + Into<f64> + Sync>(
     name: &str,
     s: RatioSummary,
     vals: &[T],
@@ -218,7 +207,7 @@ pub(crate) fn output_result_in<T: Copy + Into<f64> + Sync>(
         n_over: s.n_over,
         len: vals.len(),
         rank: None,
-        allowed_rel: allowed_rel_in(vals, s.allowed),
+        allowed_rel: allowed_rel_of(vals, s.allowed),
     }
 }
 
@@ -235,13 +224,8 @@ pub fn max_allowed(budgets: &[ElementBudget], k: f64, u: f64) -> f64 {
         .fold(0f64, f64::max)
 }
 
-/// [`allowed_rel`] from the largest allowed error ([`max_allowed`]).
-pub fn allowed_rel_of(vals: &[f64], allowed: f64) -> f64 {
-    allowed_rel_in(vals, allowed)
-}
-
-/// [`allowed_rel_of`] of values held in their own width.
-fn allowed_rel_in<T: Copy + Into<f64> + Sync>(vals: &[T], allowed: f64) -> f64 {
+/// [`allowed_rel`] from the largest allowed error ([`max_allowed`]), the values f64 or binary32.
+pub fn allowed_rel_of<T: Copy + Into<f64> + Sync>(vals: &[T], allowed: f64) -> f64 {
     if allowed == 0.0 {
         return 0.0;
     }
@@ -263,8 +247,8 @@ fn largest_finite_abs<T: Copy + Into<f64>>(vals: &[T]) -> f64 {
     for c in &mut chunks {
         for (m, v) in lanes.iter_mut().zip(c) {
             let a = (*v).into().abs();
-            if a < f64::INFINITY && a > *m {
-                *m = a;
+            if a < f64::INFINITY {
+                *m = max_not_nan(*m, a);
             }
         }
     }

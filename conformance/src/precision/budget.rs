@@ -838,10 +838,11 @@ fn exact_rational(x: &QSqrt) -> Rational {
     x.as_rational().expect("statistic is rational").clone()
 }
 
-/// `a.max(b)` for values that are not NaN (an enclosure's midpoint: [`iv_of_f64`] makes it 0
-/// for a non-finite value), without `f64::max`'s test for NaN.
+/// `a.max(b)` for a running maximum `a` that is never NaN (started at a number): a NaN `b` is
+/// left out as `f64::max` leaves it, without its test for NaN (which costs a hot loop more
+/// than the comparison).
 #[inline(always)]
-fn max_not_nan(a: f64, b: f64) -> f64 {
+pub(crate) fn max_not_nan(a: f64, b: f64) -> f64 {
     if b > a {
         b
     } else {
@@ -1245,10 +1246,14 @@ fn channel_bound(
                 eps,
             };
             match (x.data, dy.map(|d| d.data)) {
-                (CellData::F32(xv), None) => b.by_kind::<f32>(&x, xv, None),
-                (CellData::F32(xv), Some(CellData::F32(dv))) => b.by_kind(&x, xv, Some(dv)),
-                (CellData::F64(xv), None) => b.by_kind::<f64>(&x, xv, None),
-                (CellData::F64(xv), Some(CellData::F64(dv))) => b.by_kind(&x, xv, Some(dv)),
+                (CellData::F32(xv), None) => b.by_kind::<f32>(&x, dy.as_ref(), xv, None),
+                (CellData::F32(xv), Some(CellData::F32(dv))) => {
+                    b.by_kind(&x, dy.as_ref(), xv, Some(dv))
+                }
+                (CellData::F64(xv), None) => b.by_kind::<f64>(&x, dy.as_ref(), xv, None),
+                (CellData::F64(xv), Some(CellData::F64(dv))) => {
+                    b.by_kind(&x, dy.as_ref(), xv, Some(dv))
+                }
                 _ => channel_bound_of(op, c, inp, src, eps, &x, dy.as_ref()),
             }
         }
@@ -1265,11 +1270,13 @@ struct Bind<'b, 'a> {
 }
 
 impl Bind<'_, '_> {
-    /// [`channel_bound_of`] with the cells of `x` (and `dy`, the same runs) in storage `T`,
-    /// compiled for the kind of their runs: one run (a slice), single cells, or runs.
+    /// [`channel_bound_of`] with the cells of `x` (and `dy`, the same runs) held as `xv`
+    /// (`dv`) in storage `T`, compiled for the kind of their runs: one run (a slice), single
+    /// cells, or runs (beyond 2^32 cells: `InPlace` itself).
     fn by_kind<T: Copy + Into<f64> + Sync>(
         &self,
         x: &InPlace,
+        dy_in_place: Option<&InPlace>,
         xv: &[T],
         dy: Option<&[T]>,
     ) -> Result<ChannelBound, SpecError>
@@ -1293,11 +1300,7 @@ impl Bind<'_, '_> {
             let v = |data| Runs::new(data, x);
             channel_bound_of(op, c, inp, src, eps, &v(xv), dy.map(v).as_ref())
         } else {
-            let dy = dy.map(|_| match src {
-                CellSource::Floats(f) => f["dy"],
-                CellSource::Exact => unreachable!("cells in place"),
-            });
-            channel_bound_of(op, c, inp, src, eps, x, dy.as_ref())
+            channel_bound_of(op, c, inp, src, eps, x, dy_in_place)
         }
     }
 }

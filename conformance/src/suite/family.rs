@@ -763,10 +763,8 @@ fn quick_ill_posed(
         let mv_err = mv_err + mv * 8.0 * E;
         [t.0, ax, mv + mv_err, mv - mv_err]
     };
-    // Four lanes of sums (the f64 sum's bound below holds in any order) and maxima
-    // (`f64::max` of an accumulator that is never NaN: a NaN term is left out as it leaves it
-    // out, without its test).
-    let above = |m: f64, v: f64| if v > m { v } else { m };
+    // Four lanes of sums (the f64 sum's bound below holds in any order) and maxima.
+    let above = crate::precision::budget::max_not_nan;
     const L: usize = 4;
     let mut acc = [[0.0f64; L]; 4];
     let lanes = x.chunks_exact(L);

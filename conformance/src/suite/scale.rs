@@ -6,6 +6,7 @@
 
 use super::{to_dtype, Filter, Level, Precision, Rng, SuiteCase};
 use crate::par::*;
+use crate::precision::budget::max_not_nan;
 use bnconf_spec::exact::round::FloatFormat;
 use bnconf_spec::{Geometry, Layout, Op};
 use std::collections::BTreeMap;
@@ -462,10 +463,8 @@ fn channel_ill_posed<I: Iterator<Item = f64>>(
     for v in cells() {
         var += (v - mean) * (v - mean);
         cond += (v - mean).abs() * v.abs();
-        // (as `f64::max` would, NaN aside: a NaN term is left out of `one` too)
-        let (a, b) = ((v * (v - mean)).abs(), v * v);
-        vd = if a > vd { a } else { vd };
-        vv = if b > vv { b } else { vv };
+        vd = max_not_nan(vd, (v * (v - mean)).abs());
+        vv = max_not_nan(vv, v * v);
     }
     let q = var / m + eps;
     let lhs = u * 2.0 * cond / m;
