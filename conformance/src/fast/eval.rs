@@ -81,14 +81,52 @@ pub(super) fn run<T: Cell>(
     show: bool,
 ) -> Result<(FastOutputs, Vec<Chan>)> {
     let timer = Timer::new();
+    let pb = progress_bar(progress_len(p, dy.is_some()), show);
+    let chans = channels(p, x, dy, &pb)?;
+    timer.lap("exact sums and per-channel constants");
+    // 3. Cell outputs.
+    let len = p.geom.len();
+    let mut o64 = vec![0f64; len];
+    let mut o32 = vec![0f32; len];
+    let inp = CellsIn {
+        g: &p.geom,
+        chans: &chans,
+        x,
+        dy,
+    };
+    let fallbacks = cells_range(&inp, 0, &mut o64, &mut o32, &pb);
+    pb.finish_and_clear();
+    timer.lap("elements (double-double + Ziv test)");
+    // 4. Per-channel outputs.
+    let mut outputs = vec![(p.op.outputs()[0], o64, o32)];
+    outputs.extend(channel_outputs(p, &chans));
+    let out = FastOutputs {
+        outputs,
+        stats: FastStats {
+            elements: len as u64,
+            fallbacks,
+        },
+    };
+    Ok((out, chans))
+}
+
+/// The progress bar's length: the sums' pass over the cells (where there is one) and the
+/// element pass.
+pub(super) fn progress_len(p: &FastProblem, has_dy: bool) -> u64 {
+    let sums = matches!(p.op, Op::Forward | Op::Backward) || has_dy;
+    (p.geom.len() as u64) * if sums { 2 } else { 1 }
+}
+
+/// Steps 1-2: per channel the exact sums and constants, in parallel; the first failing
+/// channel (in channel order) reports, as the exact path does.
+pub(super) fn channels<T: Cell>(
+    p: &FastProblem,
+    x: &[T],
+    dy: Option<&[T]>,
+    pb: &Progress,
+) -> Result<Vec<Chan>> {
     let g = &p.geom;
     let want_x = matches!(p.op, Op::Forward | Op::Backward);
-    let pb = progress_bar(
-        (g.len() as u64) * if want_x || dy.is_some() { 2 } else { 1 },
-        show,
-    );
-    // 1-2. Exact sums and constants, per channel in parallel; the first failing channel
-    // (in channel order) reports, as the exact path does.
     let chans: Vec<Result<Chan>> = (0..g.c)
         .into_par_iter()
         .map(|c| {
@@ -102,32 +140,40 @@ pub(super) fn run<T: Cell>(
             channel_consts(p, c, &s)
         })
         .collect();
-    let chans: Vec<Chan> = chans.into_iter().collect::<Result<_>>()?;
-    timer.lap("exact sums and per-channel constants");
-    // 3. Cell outputs.
-    let len = g.len();
-    let mut o64 = vec![0f64; len];
-    let mut o32 = vec![0f32; len];
+    chans.into_iter().collect()
+}
+
+/// Step 3 for the cells `base .. base + o64.len()`: their correctly rounded f64 and f32, in
+/// parallel pieces of [`CHUNK`] (`base` a multiple of it); returns how many needed the exact
+/// fallback.
+pub(super) fn cells_range<T: Cell>(
+    inp: &CellsIn<'_, T>,
+    base: usize,
+    o64: &mut [f64],
+    o32: &mut [f32],
+    pb: &Progress,
+) -> u64 {
+    debug_assert!(base.is_multiple_of(CHUNK) && o64.len() == o32.len());
     let fallbacks = AtomicU64::new(0);
-    let inp = CellsIn {
-        g,
-        chans: &chans,
-        x,
-        dy,
-    };
     o64.par_chunks_mut(CHUNK)
         .zip(o32.par_chunks_mut(CHUNK))
         .enumerate()
         .for_each(|(ci, (c64, c32))| {
-            let fb = cells_chunk_best(&inp, ci * CHUNK, c64, c32);
+            let fb = cells_chunk_best(inp, base + ci * CHUNK, c64, c32);
             fallbacks.fetch_add(fb, Ordering::Relaxed);
             pb.inc(c64.len() as u64);
         });
-    pb.finish_and_clear();
-    timer.lap("elements (double-double + Ziv test)");
-    // 4. Per-channel outputs.
+    fallbacks.into_inner()
+}
+
+/// Step 4: the per-channel outputs (`mean`, `var`, `dgamma`, `dbeta`, ...) in the op's
+/// order, each correctly rounded to f64 and f32.
+pub(super) fn channel_outputs(
+    p: &FastProblem,
+    chans: &[Chan],
+) -> Vec<(&'static str, Vec<f64>, Vec<f32>)> {
     let names = p.op.outputs();
-    let mut outputs = vec![(names[0], o64, o32)];
+    let mut outputs = Vec::new();
     for (k, &name) in names.iter().enumerate().skip(1) {
         let vals: Vec<&QSqrt> = chans.iter().map(|ch| &ch.outs[k - 1]).collect();
         let f64s = vals
@@ -140,14 +186,7 @@ pub(super) fn run<T: Cell>(
             .collect();
         outputs.push((name, f64s, f32s));
     }
-    let out = FastOutputs {
-        outputs,
-        stats: FastStats {
-            elements: len as u64,
-            fallbacks: fallbacks.into_inner(),
-        },
-    };
-    Ok((out, chans))
+    outputs
 }
 
 /// Elements per block of [`block_approx`].
@@ -394,15 +433,36 @@ pub fn compute_cells(p: &FastProblem) -> Result<(FastOutputs, cells::FastCells)>
 }
 
 pub(super) fn compute_chans(p: &FastProblem, progress: bool) -> Result<(FastOutputs, Vec<Chan>)> {
+    struct Run(bool);
+    impl CellsFn for Run {
+        type Out = (FastOutputs, Vec<Chan>);
+        fn call<T: Cell>(self, p: &FastProblem, x: &[T], dy: Option<&[T]>) -> Result<Self::Out> {
+            run::<T>(p, x, dy, self.0)
+        }
+    }
+    with_cells(p, Run(progress))
+}
+
+/// A computation over a problem's cell inputs in one float type ([`with_cells`]).
+pub(super) trait CellsFn {
+    /// What it returns.
+    type Out;
+    /// Run it on the cells `x` (and `dy`), of type `T`.
+    fn call<T: Cell>(self, p: &FastProblem, x: &[T], dy: Option<&[T]>) -> Result<Self::Out>;
+}
+
+/// `f` on the problem's cell inputs as they are stored (f32 or f64; an f32/f64 mix promoted
+/// to f64).
+pub(super) fn with_cells<F: CellsFn>(p: &FastProblem, f: F) -> Result<F::Out> {
     match (&p.x, &p.dy) {
-        (NpyData::F32(x), None) => run::<f32>(p, x, None, progress),
-        (NpyData::F64(x), None) => run::<f64>(p, x, None, progress),
-        (NpyData::F32(x), Some(NpyData::F32(d))) => run::<f32>(p, x, Some(d), progress),
-        (NpyData::F64(x), Some(NpyData::F64(d))) => run::<f64>(p, x, Some(d), progress),
+        (NpyData::F32(x), None) => f.call::<f32>(p, x, None),
+        (NpyData::F64(x), None) => f.call::<f64>(p, x, None),
+        (NpyData::F32(x), Some(NpyData::F32(d))) => f.call::<f32>(p, x, Some(d)),
+        (NpyData::F64(x), Some(NpyData::F64(d))) => f.call::<f64>(p, x, Some(d)),
         (x, Some(d)) => {
             let (x, d) = (promote(x.clone()), promote(d.clone()));
             match (&x, &d) {
-                (NpyData::F64(x), NpyData::F64(d)) => run::<f64>(p, x, Some(d), progress),
+                (NpyData::F64(x), NpyData::F64(d)) => f.call::<f64>(p, x, Some(d)),
                 _ => Err(ConfError::field("inputs", "f16/u16 npy not supported here")),
             }
         }

@@ -7,6 +7,7 @@ use crate::formats::case::{
     parse_header, read_case_json, read_input, CaseHeader, Dtype, InputLimits,
 };
 use crate::formats::npy::{read_npy, NpyData};
+use crate::par::*;
 use bnconf_spec::exact::round::FloatFormat;
 use bnconf_spec::op::Extent;
 use bnconf_spec::Op;
@@ -69,6 +70,26 @@ pub(super) fn npy_to_dtype(field: &str, data: NpyData, dtype: Dtype) -> Result<N
     }
 }
 
+/// The npy file `p` of input `name` of a case: its shape checked against the input's, its
+/// values converted to the case dtype ([`npy_to_dtype`]); errors name `inputs.<name>`.
+fn read_npy_input(name: &str, p: &Path, h: &CaseHeader, lim: &InputLimits) -> Result<NpyData> {
+    let field = format!("inputs.{name}");
+    let g = &h.geom;
+    let (want_shape, want_len) = match Op::extent(name) {
+        Extent::Cells => (g.shape.clone(), g.len()),
+        Extent::Channel | Extent::Shards => (vec![g.c], g.c),
+    };
+    let (shape, data) = read_npy(p, lim.max_elems)
+        .map_err(|e| ConfError::field(format!("{field}.npy"), e.to_string()))?;
+    if shape.iter().product::<usize>() != want_len || (shape != want_shape && shape != [want_len]) {
+        return Err(ConfError::field(
+            format!("{field}.npy"),
+            format!("{}: shape {shape:?}, expected {want_shape:?}", p.display()),
+        ));
+    }
+    npy_to_dtype(&field, data, h.dtype)
+}
+
 /// Read a case file for the fast path. `Ok(None)` when the fast path does not apply (dtype
 /// f16/bf16, exact values that are not binary64, a malformed inputs object — the exact path
 /// then reads the case and reports).
@@ -95,6 +116,24 @@ pub fn read_fast_case(path: &Path, lim: &InputLimits) -> Result<Option<(CaseHead
         return Ok(None);
     }
     let g = &h.geom;
+    // The cell inputs' npy files, read concurrently (reading is the kernel copying pages: one
+    // core each); their results are taken in the inputs' order below, so the first error
+    // reported is the same.
+    let npy_files: Vec<(&str, std::path::PathBuf)> =
+        h.op.inputs()
+            .iter()
+            .filter(|&&name| Op::extent(name) == Extent::Cells)
+            .filter_map(|&name| {
+                let rel = inputs_o.get(name)?.as_object()?.get("npy")?.as_str()?;
+                Some((name, base.join(rel)))
+            })
+            .collect();
+    let mut pre_read: BTreeMap<&str, Result<NpyData>> = npy_files
+        .par_iter()
+        .map(|(name, p)| (*name, read_npy_input(name, p, &h, lim)))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .collect();
     let mut cells = BTreeMap::new();
     let mut chan = BTreeMap::new();
     for &name in h.op.inputs() {
@@ -111,18 +150,10 @@ pub fn read_fast_case(path: &Path, lim: &InputLimits) -> Result<Option<(CaseHead
                 let Some(rel) = o["npy"].as_str() else {
                     return Ok(None);
                 };
-                let p = base.join(rel);
-                let (shape, data) = read_npy(&p, lim.max_elems)
-                    .map_err(|e| ConfError::field(format!("{field}.npy"), e.to_string()))?;
-                if shape.iter().product::<usize>() != want_len
-                    || (shape != want_shape && shape != [want_len])
-                {
-                    return Err(ConfError::field(
-                        format!("{field}.npy"),
-                        format!("{}: shape {shape:?}, expected {want_shape:?}", p.display()),
-                    ));
+                match pre_read.remove(name) {
+                    Some(r) => r?,
+                    None => read_npy_input(name, &base.join(rel), &h, lim)?,
                 }
-                npy_to_dtype(&field, data, h.dtype)?
             }
             Value::Array(_) => {
                 let vals = read_input(

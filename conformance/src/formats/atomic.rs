@@ -91,31 +91,110 @@ fn check_dir_chain(path: &Path, dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// A file written atomically a piece at a time: created as a temporary file beside `path`,
+/// renamed onto it by [`AtomicFile::commit`] (after `fsync` unless in a scratch directory),
+/// removed if dropped uncommitted (a failed or interrupted write leaves no partial file).
+#[derive(Debug)]
+pub struct AtomicFile {
+    path: PathBuf,
+    tmp: PathBuf,
+    file: Option<std::fs::File>,
+}
+
+impl AtomicFile {
+    /// Create the temporary file of `path` (its directory must exist).
+    pub fn create(path: &Path) -> Result<AtomicFile> {
+        if let Some(parent) = path.parent() {
+            check_dir_chain(path, parent)?;
+        }
+        let tmp = tmp_path(path);
+        let file = std::fs::File::create(&tmp).map_err(|e| ConfError::io(path, e))?;
+        Ok(AtomicFile {
+            path: path.to_path_buf(),
+            tmp,
+            file: Some(file),
+        })
+    }
+
+    /// The final path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The open temporary file.
+    pub fn file(&mut self) -> &mut std::fs::File {
+        self.file.as_mut().expect("open until committed")
+    }
+
+    /// Append `bytes`.
+    pub fn write_all(&mut self, bytes: &[u8]) -> Result<()> {
+        let path = self.path.clone();
+        self.file()
+            .write_all(bytes)
+            .map_err(|e| ConfError::io(&path, e))
+    }
+
+    /// Start writing the file's dirty pages to the disk without waiting for them (Linux
+    /// `sync_file_range`; nothing elsewhere or in a scratch directory), so that the `fsync`
+    /// of [`AtomicFile::commit`] finds most of the file already written: the disk works while
+    /// the caller computes the next piece.
+    pub fn start_writeback(&self) {
+        #[cfg(target_os = "linux")]
+        if let Some(f) = &self.file {
+            if !is_scratch(&self.path) {
+                use std::os::fd::AsRawFd;
+                extern "C" {
+                    fn sync_file_range(fd: i32, offset: i64, nbytes: i64, flags: u32) -> i32;
+                }
+                const SYNC_FILE_RANGE_WRITE: u32 = 2;
+                // SAFETY: the descriptor is open (owned by `f`); the call only schedules
+                // writeback of the whole file (nbytes 0: to its end) and takes no pointers.
+                // A failure is harmless: `commit`'s fsync writes whatever is left.
+                unsafe {
+                    sync_file_range(f.as_raw_fd(), 0, 0, SYNC_FILE_RANGE_WRITE);
+                }
+            }
+        }
+    }
+
+    /// `fsync` (unless in a scratch directory) and rename onto the final path.
+    pub fn commit(mut self) -> Result<()> {
+        let f = self.file.take().expect("open until committed");
+        let res = (|| {
+            if !is_scratch(&self.path) {
+                f.sync_all()?;
+            }
+            drop(f);
+            std::fs::rename(&self.tmp, &self.path)
+        })();
+        res.map_err(|e| {
+            let _ = std::fs::remove_file(&self.tmp);
+            ConfError::io(&self.path, e)
+        })
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        if self.file.take().is_some() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
 /// Write a file atomically with `fill`, which receives a buffered writer.
 pub fn write_atomic(
     path: &Path,
     fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
 ) -> Result<()> {
-    if let Some(parent) = path.parent() {
-        check_dir_chain(path, parent)?;
-    }
-    let tmp = tmp_path(path);
+    let mut f = AtomicFile::create(path)?;
     let res = (|| -> std::io::Result<()> {
-        let f = std::fs::File::create(&tmp)?;
-        let mut w = std::io::BufWriter::new(f);
+        let mut w = std::io::BufWriter::new(f.file());
         fill(&mut w)?;
-        w.flush()?;
-        let f = w.into_inner().map_err(|e| e.into_error())?;
-        if !is_scratch(path) {
-            f.sync_all()?;
-        }
-        std::fs::rename(&tmp, path)
+        w.flush()
     })();
-    if let Err(e) = res {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(ConfError::io(path, e));
-    }
-    Ok(())
+    res.map_err(|e| ConfError::io(path, e))?;
+    f.commit()
 }
 
 /// Write bytes atomically.

@@ -134,23 +134,54 @@ pub fn write_out_dir_of(
     dir: &Path,
 ) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| crate::error::ConfError::io(dir, e))?;
-    let mut outs = Map::new();
     for (name, f64s, f32s) in outputs {
-        let shape = match Op::extent(name) {
-            Extent::Cells => h.geom.shape.clone(),
-            Extent::Channel => vec![h.geom.c],
-            Extent::Shards => vec![h.geom.m],
-        };
-        let (p64, p32) = (format!("{name}.f64.npy"), format!("{name}.f32.npy"));
-        let (r64, r32) = crate::par::join(
-            || write_npy(&dir.join(&p64), &shape, &NpyData::F64(f64s)),
-            || write_npy(&dir.join(&p32), &shape, &NpyData::F32(f32s)),
-        );
-        r64?;
-        r32?;
+        write_out_pair(h, dir, name, f64s, f32s)?;
+    }
+    write_out_index(h, dir)
+}
+
+/// The `--out-dir` files of output `name`: `(<name>.f64.npy, <name>.f32.npy)`.
+pub fn out_dir_files(name: &str) -> (String, String) {
+    (format!("{name}.f64.npy"), format!("{name}.f32.npy"))
+}
+
+/// The shape of output `name` of a case.
+pub fn output_shape(h: &CaseHeader, name: &str) -> Vec<usize> {
+    match Op::extent(name) {
+        Extent::Cells => h.geom.shape.clone(),
+        Extent::Channel => vec![h.geom.c],
+        Extent::Shards => vec![h.geom.m],
+    }
+}
+
+/// Output `name`'s two `--out-dir` files ([`out_dir_files`]), written concurrently, each
+/// atomically.
+pub fn write_out_pair(
+    h: &CaseHeader,
+    dir: &Path,
+    name: &str,
+    f64s: Vec<f64>,
+    f32s: Vec<f32>,
+) -> Result<()> {
+    let shape = output_shape(h, name);
+    let (p64, p32) = out_dir_files(name);
+    let (r64, r32) = crate::par::join(
+        || write_npy(&dir.join(&p64), &shape, &NpyData::F64(f64s)),
+        || write_npy(&dir.join(&p32), &shape, &NpyData::F32(f32s)),
+    );
+    r64?;
+    r32
+}
+
+/// `DIR/golden.json` of `--out-dir`: the case object (with its inputs' names) and, per output
+/// of the op, its shape and the names of its two files ([`out_dir_files`]).
+pub fn write_out_index(h: &CaseHeader, dir: &Path) -> Result<()> {
+    let mut outs = Map::new();
+    for &name in h.op.outputs() {
+        let (p64, p32) = out_dir_files(name);
         outs.insert(
             name.to_string(),
-            json!({"shape": shape, "f64": p64, "f32": p32}),
+            json!({"shape": output_shape(h, name), "f64": p64, "f32": p32}),
         );
     }
     let case = crate::formats::case::case_object_json(h, json!(h.op.inputs()));

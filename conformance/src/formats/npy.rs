@@ -438,8 +438,8 @@ fn read_npy_from_as(
         (Descr::U2, true) => NpyRead::Values(read_elems(&mut r, n, |b| {
             f32::from_bits((u16::from_le_bytes(b) as u32) << 16) as f64
         })?),
-        (Descr::F4, _) => NpyRead::Data(NpyData::F32(read_elems(&mut r, n, f32::from_le_bytes)?)),
-        (Descr::F8, _) => NpyRead::Data(NpyData::F64(read_elems(&mut r, n, f64::from_le_bytes)?)),
+        (Descr::F4, _) => NpyRead::Data(NpyData::F32(read_le(&mut r, n, f32::from_le_bytes)?)),
+        (Descr::F8, _) => NpyRead::Data(NpyData::F64(read_le(&mut r, n, f64::from_le_bytes)?)),
         (Descr::F2, _) => NpyRead::Data(NpyData::F16(read_elems(&mut r, n, f16::from_le_bytes)?)),
         (Descr::U2, _) => NpyRead::Data(NpyData::U16(read_elems(&mut r, n, u16::from_le_bytes)?)),
     };
@@ -480,6 +480,22 @@ pub fn visit_npy_any(
 }
 
 /// `n` little-endian elements of `W` bytes each, read in chunks.
+/// [`read_elems`] of a plain float type stored little-endian: on a little-endian machine read
+/// straight into the vector's memory (no second copy), else converted piece by piece.
+fn read_le<T: bytemuck::Pod, const W: usize>(
+    r: &mut impl Read,
+    n: usize,
+    conv: impl Fn([u8; W]) -> T,
+) -> std::result::Result<Vec<T>, String> {
+    if cfg!(target_endian = "big") {
+        return read_elems(r, n, conv);
+    }
+    let mut out = crate::mem::zeroed_vec::<T>(n);
+    r.read_exact(bytemuck::cast_slice_mut(&mut out))
+        .map_err(|e| format!("truncated or unreadable data: {e}"))?;
+    Ok(out)
+}
+
 fn read_elems<T, const W: usize>(
     r: &mut impl Read,
     n: usize,
