@@ -32,6 +32,17 @@ pub fn zeroed_vec<T: bytemuck::Zeroable + Clone>(n: usize) -> Vec<T> {
     v
 }
 
+/// An empty vector with room for `n` values, that room advised as [`zeroed_vec`]'s (for a
+/// vector filled by pushing).
+pub fn vec_with_capacity<T>(n: usize) -> Vec<T> {
+    let v = Vec::with_capacity(n);
+    advise_huge_pages(
+        v.capacity().saturating_mul(std::mem::size_of::<T>()),
+        v.as_ptr() as usize,
+    );
+    v
+}
+
 /// `madvise(MADV_HUGEPAGE)` on the 2 MiB pages wholly inside `[addr, addr + len)`, for
 /// regions of at least 4 MiB (nothing elsewhere, or if the system refuses).
 fn advise_huge_pages(len: usize, addr: usize) {

@@ -501,7 +501,7 @@ fn read_elems<T, const W: usize>(
     n: usize,
     conv: impl Fn([u8; W]) -> T,
 ) -> std::result::Result<Vec<T>, String> {
-    let mut out = Vec::with_capacity(n);
+    let mut out = crate::mem::vec_with_capacity(n);
     let mut buf = vec![0u8; W * 8192];
     let mut left = n;
     while left > 0 {
