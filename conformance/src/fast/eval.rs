@@ -86,8 +86,8 @@ pub(super) fn run<T: Cell>(
     timer.lap("exact sums and per-channel constants");
     // 3. Cell outputs.
     let len = p.geom.len();
-    let mut o64 = vec![0f64; len];
-    let mut o32 = vec![0f32; len];
+    let mut o64 = crate::mem::zeroed_vec::<f64>(len);
+    let mut o32 = crate::mem::zeroed_vec::<f32>(len);
     let inp = CellsIn {
         g: &p.geom,
         chans: &chans,
