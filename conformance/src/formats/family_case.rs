@@ -554,7 +554,7 @@ fn round_values(
 ) -> Result<Vec<f64>> {
     // In parallel, a piece at a time; the first refused value in order is the error.
     const PIECE: usize = 1 << 16;
-    let mut out = vec![0.0; n];
+    let mut out = crate::mem::zeroed_vec::<f64>(n);
     let first_bad = out
         .par_chunks_mut(PIECE)
         .enumerate()
