@@ -275,6 +275,9 @@ pub struct Judged {
 /// [`read_written`]): the same code, case by case. Each chunk's input files are verified
 /// first, in the suite's order ([`verify_inputs`] of its cases: an edited input is an error,
 /// not judged), lean cases' inputs made again ([`crate::suite::generate::fill_inputs`]).
+/// Without `keep_failing` (no diagnosis, no HTML report: nothing reads a failing case's
+/// outputs after its verdict), no result keeps its outputs (`CaseResult::computed` is `None`),
+/// so a failing suite's memory does not grow by its outputs.
 pub fn judge_dir(dir: &Path, s: &mut Suite, keep_failing: bool) -> Result<Judged> {
     judge_dir_in_chunks(
         dir,
@@ -383,8 +386,11 @@ fn judge_dir_in_chunks(
                 refill(&mut p.case);
                 slot.inputs = p.case.inputs.clone();
             }
+            let mut r = r;
             if keep_failing && r.verdict == Verdict::Fail {
                 out.failing.push(p);
+            } else if !keep_failing {
+                r.computed = None;
             }
             out.results.push(r);
         }
