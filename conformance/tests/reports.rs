@@ -892,3 +892,60 @@ fn ci_example_is_consistent() {
         stdout(&o)
     );
 }
+
+/// Without the diagnosis and the HTML report a failing case keeps neither its outputs nor,
+/// in a lean suite (scale), its inputs (`judge_dir` without `keep_failing`): the details and
+/// the JUnit descriptions make its inputs again as they print it. They read the same, byte
+/// for byte, as when the cases are kept (`--html` keeps them): the scale suite (its forward
+/// cases) and the default suite, two known-bad kernels; the JUnit report describes every
+/// failing case.
+#[test]
+fn details_without_kept_cases_read_the_same() {
+    for (suite, ops, kernel) in [
+        ("scale", "forward", "bad-onepass-var"),
+        ("default", "forward,backward", "bad-backward-missing-term"),
+    ] {
+        let d = scratch(&format!("unkept-{suite}"));
+        let run = |tag: &str, html: bool| {
+            let junit = d.join(format!("{tag}.xml"));
+            let page = d.join(format!("{tag}.html"));
+            let exec = kernel_cmd(kernel);
+            let mut args = vec![
+                "check",
+                "--suite",
+                suite,
+                "--dtype",
+                "f32",
+                "--ops",
+                ops,
+                "--exec",
+                &exec,
+                "--no-diagnosis",
+                "--max-details",
+                "1000",
+                "--junit",
+                junit.to_str().unwrap(),
+            ];
+            if html {
+                args.extend(["--html", page.to_str().unwrap()]);
+            }
+            let o = bnconf(&args);
+            assert_eq!(
+                o.status.code(),
+                Some(1),
+                "{suite} {tag}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            (o.stdout, std::fs::read(&junit).unwrap())
+        };
+        let (out_lean, junit_lean) = run("lean", false);
+        let (out_kept, junit_kept) = run("kept", true);
+        let text = String::from_utf8_lossy(&out_lean);
+        assert!(text.contains("inputs there: x="), "{suite}: {text}");
+        assert!(out_lean == out_kept, "{suite}: the human reports differ");
+        assert!(
+            junit_lean == junit_kept,
+            "{suite}: the JUnit reports differ"
+        );
+    }
+}

@@ -272,8 +272,8 @@ fn the_scale_suite_is_judged_lean_with_the_same_results() {
         same(a, b).unwrap_or_else(|e| panic!("{}: {e}", b.id));
     }
     assert!(want.iter().any(|r| r.verdict == Verdict::Fail));
-    // A failing case keeps its outputs only when asked to (for the diagnosis and the HTML
-    // report): otherwise the same results without them.
+    // A failing case keeps its outputs and inputs only when asked to (for the diagnosis and
+    // the HTML report): otherwise the same results without them.
     for r in &judged.results {
         assert_eq!(r.computed.is_some(), r.verdict == Verdict::Fail, "{}", r.id);
     }
@@ -284,6 +284,8 @@ fn the_scale_suite_is_judged_lean_with_the_same_results() {
         same(a, b).unwrap_or_else(|e| panic!("{}: {e}", b.id));
         assert!(a.computed.is_none(), "{}", a.id);
     }
+    // ... nor, the suite being lean, its inputs (the reports make them again).
+    assert!(unkept.cases.iter().all(|c| c.inputs.is_empty()));
     // A failing case keeps its inputs (made again) for the reports.
     for (c, r) in again.cases.iter().zip(&judged.results) {
         assert_eq!(c.inputs.is_empty(), r.verdict == Verdict::Pass, "{}", c.id);

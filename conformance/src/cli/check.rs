@@ -219,6 +219,8 @@ fn check_inner(
         failing: prepared,
     } = protocol::judge_dir(&dir, &mut s, keep)?;
     let run = Judged {
+        // (without `keep`, a failing case's inputs are made again as its details print)
+        refill: Some((&s.name, s.seed)),
         suite: &s.name,
         dtype: dtype.static_name(),
         cases: &s.cases,
@@ -259,6 +261,7 @@ pub(crate) fn cmd_check_case(
         results: std::slice::from_ref(&result),
         shard: None,
         harness_failure: None,
+        refill: None,
     };
     finish(&run, expectations.as_ref(), &out)
 }
@@ -272,6 +275,7 @@ struct Judged<'a> {
     results: &'a [check::CaseResult],
     shard: Option<bnconf::suite::shard::Shard>,
     harness_failure: Option<String>,
+    refill: Option<(&'a str, u64)>,
 }
 
 /// Diagnose, gate, print and write the reports of judged cases; the exit code.
@@ -296,6 +300,7 @@ fn finish(
         gate: gate.as_ref(),
         shard: run.shard,
         harness_failure: run.harness_failure.clone(),
+        refill: run.refill,
     };
     print!("{}", report::human_report(&ctx, out.max_details));
     if let Some(p) = &out.report {

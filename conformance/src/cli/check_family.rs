@@ -103,6 +103,7 @@ fn finish(
         gate: gate.as_ref(),
         shard: run.shard,
         harness_failure: run.harness_failure.clone(),
+        refill: None,
     };
     print!(
         "{}",

@@ -269,15 +269,16 @@ pub struct Judged {
 /// Judge what a kernel wrote into `dir` for every case of `s`, streaming: consecutive cases
 /// of at most [`crate::judge::prepare::JUDGE_CHUNK_CELLS`] input values together (one case if larger) are prepared,
 /// their outputs read and judged, and dropped before the next; each case's inputs are moved
-/// into its preparation, not copied, and dropped from `s` once it passes (a case that does
-/// not pass keeps its inputs in `s` for the reports' details). The results and verdicts are
-/// those of preparing every case at once and judging each ([`Prepared::judge_written`] of
+/// into its preparation, not copied, and dropped from `s` once it passes (with
+/// `keep_failing`, a case that does not pass keeps its inputs in `s` for the reports). The
+/// results and verdicts are those of preparing every case at once and judging each ([`Prepared::judge_written`] of
 /// [`read_written`]): the same code, case by case. Each chunk's input files are verified
 /// first, in the suite's order ([`verify_inputs`] of its cases: an edited input is an error,
 /// not judged), lean cases' inputs made again ([`crate::suite::generate::fill_inputs`]).
 /// Without `keep_failing` (no diagnosis, no HTML report: nothing reads a failing case's
-/// outputs after its verdict), no result keeps its outputs (`CaseResult::computed` is `None`),
-/// so a failing suite's memory does not grow by its outputs.
+/// outputs after its verdict), no result keeps its outputs (`CaseResult::computed` is `None`)
+/// and no case of a lean suite its inputs (the human report's details make them again, a case
+/// at a time: `report::Context::refill`), so a failing suite's memory does not grow with it.
 pub fn judge_dir(dir: &Path, s: &mut Suite, keep_failing: bool) -> Result<Judged> {
     judge_dir_in_chunks(
         dir,
@@ -366,7 +367,8 @@ fn judge_dir_in_chunks(
         // A lean suite's large case holds its inputs once, in the fast problem's width, while
         // it is judged; a case that does not pass has them made again for the reports.
         let refill = |c: &mut SuiteCase| crate::suite::generate::fill_inputs(name, seed, c);
-        let prepared = if crate::suite::generate::remakes(name) {
+        let lean = crate::suite::generate::remakes(name);
+        let prepared = if lean {
             crate::judge::check::prepare_owned_lean(chunk.into_iter().zip(fps).collect(), &refill)?
         } else {
             crate::judge::check::prepare_owned(chunk)?
@@ -382,7 +384,8 @@ fn judge_dir_in_chunks(
             .zip(results)
             .zip(&mut s.cases[start..end])
         {
-            if r.verdict != Verdict::Pass {
+            // (a lean suite's case is made again when its details print, unless kept)
+            if r.verdict != Verdict::Pass && (keep_failing || !lean) {
                 refill(&mut p.case);
                 slot.inputs = p.case.inputs.clone();
             }

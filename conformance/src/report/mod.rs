@@ -83,6 +83,11 @@ pub struct Context<'a> {
     pub shard: Option<Shard>,
     /// Why the run fails whatever the verdicts (e.g. the kernel timed out).
     pub harness_failure: Option<String>,
+    /// The generated suite's name and seed, where [`Context::cases`] may hold a case without
+    /// its inputs (a suite judged without keeping its failing cases' inputs): the human
+    /// report's details make them again ([`crate::suite::generate::fill_inputs`]), one case
+    /// at a time, as they print it.
+    pub refill: Option<(&'a str, u64)>,
 }
 
 impl<'a> Context<'a> {
@@ -102,6 +107,7 @@ impl<'a> Context<'a> {
             gate: None,
             shard: None,
             harness_failure: None,
+            refill: None,
         }
     }
 
@@ -112,6 +118,19 @@ impl<'a> Context<'a> {
 
     pub fn case(&self, id: &str) -> Option<&'a SuiteCase> {
         self.cases.iter().find(|c| c.id == id)
+    }
+
+    /// The multi-line detail of result `r` of case `c` ([`CaseResult::detail`]), its inputs
+    /// made again first where `c` is held without them ([`Context::refill`]).
+    pub fn detail(&self, r: &CaseResult, c: &SuiteCase) -> String {
+        match self.refill {
+            Some((name, seed)) if c.inputs.is_empty() => {
+                let mut made = c.clone();
+                crate::suite::generate::fill_inputs(name, seed, &mut made);
+                r.detail(&made)
+            }
+            _ => r.detail(c),
+        }
     }
 
     pub fn expected_reason(&self, id: &str) -> Option<&'a str> {
@@ -368,7 +387,7 @@ pub fn human_report(ctx: &Context, max_details: usize) -> String {
                 .unwrap_or_default();
             match ctx.case(&r.id) {
                 Some(c) => {
-                    let text = r.detail(c);
+                    let text = ctx.detail(r, c);
                     let (first, rest) = text.split_once('\n').unwrap_or((&text, ""));
                     let _ = writeln!(s, "  {first}{mark}");
                     if !rest.is_empty() {
@@ -579,7 +598,7 @@ pub fn junit_report(ctx: &Context) -> std::result::Result<String, quick_junit::S
                         let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
                         s.set_message(msg);
                         if let (Some(c), Verdict::Fail) = (case, &r.verdict) {
-                            s.set_description(r.detail(c));
+                            s.set_description(ctx.detail(r, c));
                         }
                         s
                     }

@@ -270,6 +270,7 @@ impl InMemoryFamilySuite {
             gate: None,
             shard: sel.shard,
             harness_failure: None,
+            refill: None,
         };
         Ok(finish(
             &ctx,
