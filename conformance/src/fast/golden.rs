@@ -103,9 +103,10 @@ const PIECE: usize = 4 * CHUNK;
 const PIECES: usize = 3;
 
 /// The cell output `name` computed a piece at a time and written as it is computed: a writer
-/// thread runs `first` (other files to write), then appends each finished piece to `DIR/<name>.f64.npy` and `.f32.npy` (temporary files,
-/// renamed when complete) and starts the disk's writeback of it
-/// ([`AtomicFile::start_writeback`]) while the next piece is computed. Memory: [`PIECES`]
+/// thread runs `first` (other files to write), then appends each finished piece to
+/// `DIR/<name>.f64.npy` and `.f32.npy` (temporary files, renamed when complete) and starts
+/// the disk's writeback of it ([`AtomicFile::start_writeback`]) while the next piece is
+/// computed. Memory: [`PIECES`]
 /// pieces, whatever the case's size. Returns the number of exact fallbacks.
 pub(super) fn stream_cells<T: Cell>(
     inp: &CellsIn<'_, T>,

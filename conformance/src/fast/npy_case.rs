@@ -116,13 +116,12 @@ pub fn read_fast_case(path: &Path, lim: &InputLimits) -> Result<Option<(CaseHead
         return Ok(None);
     }
     let g = &h.geom;
-    // The cell inputs' npy files, read concurrently (reading is the kernel copying pages: one
+    // The inputs' npy files, read concurrently (reading is the kernel copying pages: one
     // core each); their results are taken in the inputs' order below, so the first error
     // reported is the same.
     let npy_files: Vec<(&str, std::path::PathBuf)> =
         h.op.inputs()
             .iter()
-            .filter(|&&name| Op::extent(name) == Extent::Cells)
             .filter_map(|&name| {
                 let rel = inputs_o.get(name)?.as_object()?.get("npy")?.as_str()?;
                 Some((name, base.join(rel)))
@@ -147,13 +146,12 @@ pub fn read_fast_case(path: &Path, lim: &InputLimits) -> Result<Option<(CaseHead
         };
         let data = match val {
             Value::Object(o) if o.contains_key("npy") => {
-                let Some(rel) = o["npy"].as_str() else {
+                if !o["npy"].is_string() {
                     return Ok(None);
-                };
-                match pre_read.remove(name) {
-                    Some(r) => r?,
-                    None => read_npy_input(name, &base.join(rel), &h, lim)?,
                 }
+                pre_read
+                    .remove(name)
+                    .expect("every npy input is read above")?
             }
             Value::Array(_) => {
                 let vals = read_input(
