@@ -852,8 +852,15 @@ pub(crate) fn max_not_nan(a: f64, b: f64) -> f64 {
 
 /// `v·2^k` for `|k| ≤ 2100` (two factors, each a normal power of two).
 pub(crate) fn ldexp(v: f64, k: i32) -> f64 {
+    let (a, b) = ldexp_factors(k);
+    v * a * b
+}
+
+/// The two factors of [`ldexp`]`(·, k)`: `ldexp(v, k) == v * a * b` (for a loop to form
+/// them once).
+pub(crate) fn ldexp_factors(k: i32) -> (f64, f64) {
     let h = k / 2;
-    v * 2f64.powi(h) * 2f64.powi(k - h)
+    (2f64.powi(h), 2f64.powi(k - h))
 }
 
 /// The exponent `e` (a group is bounded as `x/2^e`, `eps/2^2e`) for a group whose largest
@@ -953,15 +960,15 @@ enum CellSource<'a> {
 /// [`iv_of`] of an f64 (the same enclosure, without building the exact number).
 #[inline(always)]
 pub(crate) fn iv_of_f64(f: f64) -> Iv {
-    if !f.is_finite() {
-        return Iv {
-            v: 0.0,
-            e: f64::INFINITY,
-        };
-    }
+    // (selects, not a branch)
+    let fin = f.is_finite();
     Iv {
-        v: f,
-        e: 2.0 * U64 * f.abs() + TINY,
+        v: if fin { f } else { 0.0 },
+        e: if fin {
+            2.0 * U64 * f.abs() + TINY
+        } else {
+            f64::INFINITY
+        },
     }
 }
 

@@ -54,8 +54,8 @@
 //! sums of roots of `dgamma`).
 
 use super::budget::{
-    c1_error, eb, iv_of_f64, k_allowance, ldexp, mean_sq, rsqrt_iv, scale_exponent, scale_q,
-    scaled, sum_iv, sum_iv_by, ElementBudget, Iv, SAFE,
+    c1_error, eb, iv_of_f64, k_allowance, ldexp, ldexp_factors, mean_sq, rsqrt_iv, scale_exponent,
+    scale_q, scaled, sum_iv_by, ElementBudget, Iv, SAFE,
 };
 use crate::par::*;
 use bnconf_spec::exact::roots::SumOfRoots;
@@ -129,7 +129,9 @@ struct GroupTerms {
     /// `[c]`: 1 for centred ops, 0 for rms_norm.
     c: f64,
     ru: f64,
-    h: Vec<Iv>,
+    /// `h = d·r` as enclosures, values and error bounds apart.
+    hv: Vec<f64>,
+    he: Vec<f64>,
     ah: Vec<f64>,
     hx: f64,
     /// `mean(d²)` (upper bound).
@@ -152,28 +154,35 @@ fn group_terms(
     let centred = norm.centering == Centering::Mean;
     let se = scale_exponent(xs, eps);
     // x/2^e and eps/2^2e, rounded where they leave the normal range: iv_of_f64's absolute
-    // term (2^-1072) encloses that rounding. Each pass below forms every term as the
-    // module's formulas do and adds the sums' terms in their order (sequential sums in cell
-    // order, `sum_iv`'s tree): the same values, without a vector per intermediate.
+    // term (2^-1072) encloses that rounding. Every per-cell term is formed as the module's
+    // formulas do, a pass of them at a time into arrays (values and error bounds apart, so
+    // that the passes vectorise), and the sums add them in their order (sequential sums in
+    // cell order, `sum_iv`'s tree): the values of forming each term where it is summed.
     let n = xs.len();
-    let (mut x, mut ax) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    let mut x1 = 0.0;
-    for &v in xs {
-        let e = iv_of_f64(ldexp(v, -se));
-        let a = e.up();
-        x.push(e);
-        ax.push(a);
-        x1 += a;
-    }
-    let eps = ldexp(eps, -2 * se);
     let m = n as f64;
+    let (p1, p2) = ldexp_factors(-se);
+    let (mut xv, mut xe, mut ax) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
+    for (((&v, xv), xe), ax) in xs.iter().zip(&mut xv).zip(&mut xe).zip(&mut ax) {
+        // ldexp(v, −se), its two factors hoisted
+        let e = iv_of_f64(v * p1 * p2);
+        (*xv, *xe, *ax) = (e.v, e.e, e.up());
+    }
+    let x1 = ax.iter().fold(0.0, |s, &a| s + a);
+    let mu = if centred {
+        sum_iv_by(0, n, &|i| Iv { v: xv[i], e: xe[i] }).div(m)
+    } else {
+        Iv::ZERO
+    };
+    let eps = ldexp(eps, -2 * se);
     let x1 = x1 / m;
-    let mu = if centred { sum_iv(&x).div(m) } else { Iv::ZERO };
-    let var = sum_iv_by(0, n, &|i| {
-        let d = x[i].sub(mu);
-        d.mul(d)
-    })
-    .div(m);
+    // d = x − mu (kept: h is formed from it), and its square's enclosure.
+    let (mut dv, mut de, mut qv, mut qe) = (vec![0.0; n], vec![0.0; n], vec![0.0; n], vec![0.0; n]);
+    for i in 0..n {
+        let d = Iv { v: xv[i], e: xe[i] }.sub(mu);
+        let q = d.mul(d);
+        (dv[i], de[i], qv[i], qe[i]) = (d.v, d.e, q.v, q.e);
+    }
+    let var = sum_iv_by(0, n, &|i| Iv { v: qv[i], e: qe[i] }).div(m);
     let r = match rsqrt_iv(var.add(iv_of_f64(eps))) {
         Some(r) => r,
         None => {
@@ -197,17 +206,19 @@ fn group_terms(
             })
         }
     };
-    let (mut h, mut ah) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    // (the arrays of x and of the squares, no longer read, hold h, |h| and |d|)
+    let (mut hv, mut he, mut ah) = (xv, xe, qv);
+    let ad = &mut qe;
+    for i in 0..n {
+        let d = Iv { v: dv[i], e: de[i] };
+        let hi = d.mul(r);
+        (hv[i], he[i], ah[i], ad[i]) = (hi.v, hi.e, hi.up(), d.up());
+    }
     let (mut hx, mut dd, mut dx) = (0.0, 0.0, 0.0);
     for i in 0..n {
-        let d = x[i].sub(mu);
-        let hi = d.mul(r);
-        let (a, ad) = (hi.up(), d.up());
-        h.push(hi);
-        ah.push(a);
-        hx += a * ax[i];
-        dd += ad * ad;
-        dx += ad * ax[i];
+        hx += ah[i] * ax[i];
+        dd += ad[i] * ad[i];
+        dx += ad[i] * ax[i];
     }
     Ok(GroupTerms {
         m,
@@ -220,7 +231,8 @@ fn group_terms(
         s: ldexp(1.0, se),
         ax,
         x1,
-        h,
+        hv,
+        he,
         ah,
     })
 }
@@ -313,10 +325,9 @@ pub fn gates(m: usize, n: usize) -> (f64, f64) {
 
 /// A budget's `NaN` terms (an undefined bound) made infinite.
 pub fn nan_to_inf(b: &mut ElementBudget) {
+    // (a select, not a branch: this runs once per cell)
     for f in [&mut b.cond, &mut b.mag, &mut b.mag2] {
-        if f.is_nan() {
-            *f = f64::INFINITY;
-        }
+        *f = if f.is_nan() { f64::INFINITY } else { *f };
     }
 }
 
@@ -377,44 +388,49 @@ pub fn backward_group(
     let (ru, r2) = (t.ru, t.ru * t.ru);
     let m = t.m;
     let n = xs.len();
-    // A cell's `dy` enclosure, `e = dy·w` and `|gamma|`.
-    let cell = |j: usize| {
+    // Pass 1 (per cell, into arrays): `dy`'s enclosure, `e = dy·w`, `|e|`, `|γdy|`, `e·h`.
+    let [mut ev, mut ee, mut ae, mut ge, mut ehv, mut ehe] = [(); 6].map(|()| vec![0.0; n]);
+    for j in 0..n {
         let dyv = iv_of_f64(dys[j]);
         let (w, ga) = weight(norm, ctx.gamma, param(j));
-        (dyv, dyv.mul(w), ga)
-    };
-    // Pass 1: `e`, `|e|`, `|γdy|`, and the sums of |e|, |h·e|, |γdy|, |h·γdy|, |e·x| (cell
-    // order).
-    let (mut e, mut ae, mut ge) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
+        let ej = dyv.mul(w);
+        let eh = ej.mul(Iv {
+            v: t.hv[j],
+            e: t.he[j],
+        });
+        (ev[j], ee[j], ae[j], ge[j]) = (ej.v, ej.e, ej.up(), dyv.up() * ga);
+        (ehv[j], ehe[j]) = (eh.v, eh.e);
+    }
+    // The sums of |e|, |h·e|, |γdy|, |h·γdy|, |e·x| (cell order), and the trees of `e`, `e·h`.
     let (mut e1, mut he, mut g1, mut hg, mut ex) = (0.0, 0.0, 0.0, 0.0, 0.0);
     for j in 0..n {
-        let (dyv, ej, ga) = cell(j);
-        let (aej, gej) = (ej.up(), dyv.up() * ga);
-        e1 += aej;
-        he += t.ah[j] * aej;
-        g1 += gej;
-        hg += t.ah[j] * gej;
-        ex += aej * t.ax[j];
-        e.push(ej);
-        ae.push(aej);
-        ge.push(gej);
+        e1 += ae[j];
+        he += t.ah[j] * ae[j];
+        g1 += ge[j];
+        hg += t.ah[j] * ge[j];
+        ex += ae[j] * t.ax[j];
     }
     let (e1, he, g1, hg, ex) = (e1 / m, he / m, g1 / m, hg / m, ex / m);
-    let a = if centred { sum_iv(&e).div(m) } else { Iv::ZERO };
-    let bb = sum_iv_by(0, n, &|j| e[j].mul(t.h[j])).div(m);
+    let a = if centred {
+        sum_iv_by(0, n, &|j| Iv { v: ev[j], e: ee[j] }).div(m)
+    } else {
+        Iv::ZERO
+    };
+    let bb = sum_iv_by(0, n, &|j| Iv {
+        v: ehv[j],
+        e: ehe[j],
+    })
+    .div(m);
     // Pass 2: `|z|` and the sum of |z·x|.
-    let mut az = Vec::with_capacity(n);
-    let mut zx = 0.0;
-    for ((ej, hj), xj) in e.iter().zip(&t.h).zip(&t.ax) {
-        let a_z = ej.sub(a).sub(hj.mul(bb)).up();
-        zx += a_z * xj;
-        az.push(a_z);
+    let mut az = ehv;
+    for j in 0..n {
+        let h = Iv {
+            v: t.hv[j],
+            e: t.he[j],
+        };
+        az[j] = Iv { v: ev[j], e: ee[j] }.sub(a).sub(h.mul(bb)).up();
     }
-    let zx = zx / m;
+    let zx = az.iter().zip(&t.ax).fold(0.0, |s, (a_z, xj)| s + a_z * xj) / m;
     let (au, bu) = (a.up(), bb.up());
     let c = t.c;
     // Pass 3: each cell's budget.
@@ -443,30 +459,40 @@ pub fn backward_group(
             let mut b = eb(cond_dy + cond_g + cond_x, mag);
             b.mag2 = mag2;
             // dx is of degree −1 in the scale; dgamma and dbeta of degree 0.
-            let mut b = scaled(b, 1.0 / t.s);
+            if t.s != 1.0 {
+                b = scaled(b, 1.0 / t.s);
+            }
             nan_to_inf(&mut b);
             b
         })
         .collect();
     // dgamma, dbeta: this group's partial sums per parameter (each from zero, its cells
-    // added in order).
+    // added in order), and their budgets' terms.
     type Part = (Iv, Iv, f64, f64, f64);
     let add = |s: &mut Part, j: usize| {
         let dyv = iv_of_f64(dys[j]);
         let ady = dyv.up();
         s.0 = s.0.add(dyv);
-        s.1 = s.1.add(dyv.mul(t.h[j]));
+        s.1 = s.1.add(dyv.mul(Iv {
+            v: t.hv[j],
+            e: t.he[j],
+        }));
         s.2 += ady * t.ah[j];
         s.3 += ady * t.ax[j];
         s.4 += ady;
     };
     let zero: Part = (Iv::ZERO, Iv::ZERO, 0.0, 0.0, 0.0);
-    let sums: Vec<(usize, Part)> = if distinct {
+    let terms = |p: usize, (sp, tp, hdy, dyx, sdy): Part| {
+        let cond = hdy + ru * (dyx + c * t.x1 * sp.up() + t.hx * tp.up());
+        let mag = hdy + c * t.x1 * ru * sdy + (1.0 - c) * r2 * t.dd / 2.0 * hdy;
+        (p, [cond, mag, t.dk * r2 / 2.0 * hdy, sdy])
+    };
+    let parts = if distinct {
         (0..n)
             .map(|j| {
                 let mut s = zero;
                 add(&mut s, j);
-                (param(j), s)
+                terms(param(j), s)
             })
             .collect()
     } else {
@@ -474,16 +500,8 @@ pub fn backward_group(
         for j in 0..n {
             add(part.entry(param(j)).or_insert(zero), j);
         }
-        part.into_iter().collect()
+        part.into_iter().map(|(p, s)| terms(p, s)).collect()
     };
-    let parts = sums
-        .into_iter()
-        .map(|(p, (sp, tp, hdy, dyx, sdy))| {
-            let cond = hdy + ru * (dyx + c * t.x1 * sp.up() + t.hx * tp.up());
-            let mag = hdy + c * t.x1 * ru * sdy + (1.0 - c) * r2 * t.dd / 2.0 * hdy;
-            (p, [cond, mag, t.dk * r2 / 2.0 * hdy, sdy])
-        })
-        .collect();
     Ok(BackwardGroup { dx, parts })
 }
 
