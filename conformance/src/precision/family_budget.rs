@@ -162,11 +162,7 @@ fn group_terms(
     let m = n as f64;
     let (p1, p2) = ldexp_factors(-se);
     let (mut xv, mut xe, mut ax) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
-    for (((&v, xv), xe), ax) in xs.iter().zip(&mut xv).zip(&mut xe).zip(&mut ax) {
-        // ldexp(v, −se), its two factors hoisted
-        let e = iv_of_f64(v * p1 * p2);
-        (*xv, *xe, *ax) = (e.v, e.e, e.up());
-    }
+    cells::scaled_inputs(xs, p1, p2, &mut xv, &mut xe, &mut ax);
     let x1 = ax.iter().fold(0.0, |s, &a| s + a);
     let mu = if centred {
         sum_iv_by(0, n, &|i| Iv { v: xv[i], e: xe[i] }).div(m)
@@ -177,11 +173,7 @@ fn group_terms(
     let x1 = x1 / m;
     // d = x − mu (kept: h is formed from it), and its square's enclosure.
     let (mut dv, mut de, mut qv, mut qe) = (vec![0.0; n], vec![0.0; n], vec![0.0; n], vec![0.0; n]);
-    for i in 0..n {
-        let d = Iv { v: xv[i], e: xe[i] }.sub(mu);
-        let q = d.mul(d);
-        (dv[i], de[i], qv[i], qe[i]) = (d.v, d.e, q.v, q.e);
-    }
+    cells::centred(&xv, &xe, mu, &mut dv, &mut de, &mut qv, &mut qe);
     let var = sum_iv_by(0, n, &|i| Iv { v: qv[i], e: qe[i] }).div(m);
     let r = match rsqrt_iv(var.add(iv_of_f64(eps))) {
         Some(r) => r,
@@ -209,11 +201,7 @@ fn group_terms(
     // (the arrays of x and of the squares, no longer read, hold h, |h| and |d|)
     let (mut hv, mut he, mut ah) = (xv, xe, qv);
     let ad = &mut qe;
-    for i in 0..n {
-        let d = Iv { v: dv[i], e: de[i] };
-        let hi = d.mul(r);
-        (hv[i], he[i], ah[i], ad[i]) = (hi.v, hi.e, hi.up(), d.up());
-    }
+    cells::normalised(&dv, &de, r, &mut hv, &mut he, &mut ah, ad);
     let (mut hx, mut dd, mut dx) = (0.0, 0.0, 0.0);
     for i in 0..n {
         hx += ah[i] * ax[i];
@@ -345,21 +333,27 @@ pub fn forward_group(
     let (ru, r2) = (t.ru, t.ru * t.ru);
     // rms_norm: the summation of mean(x²) through ∂r/∂q.
     let qsum = (1.0 - t.c) * r2 * t.dd / 2.0;
-    let y: Vec<ElementBudget> = (0..xs.len())
-        .map(|a| {
-            let p = param(a);
-            let (w, ga) = weight(norm, ctx.gamma, p);
-            let wu = w.up();
-            let b = ctx.beta.map_or(0.0, |bt| bt[p].abs());
-            let wh = wu * t.ah[a];
-            let cond = wu * ru * (t.ax[a] + t.c * t.x1 + t.ah[a] * t.hx) + ga * t.ah[a] + b;
-            let off = if offset { wh } else { 0.0 };
-            let mut e = eb(cond, t.c * wu * ru * t.x1 + off + wh * qsum);
-            e.mag2 = t.dk * wh * r2 / 2.0;
-            nan_to_inf(&mut e);
-            e
-        })
-        .collect();
+    // Each cell's `|w|`, `|gamma|` and `|beta|` (its parameter's), then its budget.
+    let n = xs.len();
+    let [mut wu, mut ga, mut ba] = [(); 3].map(|()| vec![0.0; n]);
+    for a in 0..n {
+        let p = param(a);
+        let (w, g) = weight(norm, ctx.gamma, p);
+        (wu[a], ga[a]) = (w.up(), g);
+        ba[a] = ctx.beta.map_or(0.0, |bt| bt[p].abs());
+    }
+    let k = cells::YScalars {
+        ru,
+        r2,
+        c: t.c,
+        x1: t.x1,
+        hx: t.hx,
+        dk: t.dk,
+        qsum,
+        offset,
+    };
+    let mut y = vec![ElementBudget::default(); n];
+    cells::y_budgets(&k, [&wu, &ga, &ba, &t.ah, &t.ax], &mut y);
     // y is of degree 0 in the scale, mean of degree 1, rstd of degree −1.
     let mut mean = scaled(eb(t.x1, t.x1), t.s);
     let mut rs = eb(ru * r2 * t.dx, ru + ru * r2 * t.dd / 2.0);
@@ -390,17 +384,17 @@ pub fn backward_group(
     let n = xs.len();
     // Pass 1 (per cell, into arrays): `dy`'s enclosure, `e = dy·w`, `|e|`, `|γdy|`, `e·h`.
     let [mut ev, mut ee, mut ae, mut ge, mut ehv, mut ehe] = [(); 6].map(|()| vec![0.0; n]);
+    // (each cell's weight `w` and `|gamma|` first, in the arrays `e·h` is formed in after)
     for j in 0..n {
-        let dyv = iv_of_f64(dys[j]);
         let (w, ga) = weight(norm, ctx.gamma, param(j));
-        let ej = dyv.mul(w);
-        let eh = ej.mul(Iv {
-            v: t.hv[j],
-            e: t.he[j],
-        });
-        (ev[j], ee[j], ae[j], ge[j]) = (ej.v, ej.e, ej.up(), dyv.up() * ga);
-        (ehv[j], ehe[j]) = (eh.v, eh.e);
+        (ehv[j], ehe[j], ge[j]) = (w.v, w.e, ga);
     }
+    cells::cotangent(
+        dys,
+        &t.hv,
+        &t.he,
+        [&mut ev, &mut ee, &mut ae, &mut ge, &mut ehv, &mut ehe],
+    );
     // The sums of |e|, |h·e|, |γdy|, |h·γdy|, |e·x| (cell order), and the trees of `e`, `e·h`.
     let (mut e1, mut he, mut g1, mut hg, mut ex) = (0.0, 0.0, 0.0, 0.0, 0.0);
     for j in 0..n {
@@ -423,49 +417,41 @@ pub fn backward_group(
     .div(m);
     // Pass 2: `|z|` and the sum of |z·x|.
     let mut az = ehv;
-    for j in 0..n {
-        let h = Iv {
-            v: t.hv[j],
-            e: t.he[j],
-        };
-        az[j] = Iv { v: ev[j], e: ee[j] }.sub(a).sub(h.mul(bb)).up();
-    }
+    cells::z_abs(&ev, &ee, &t.hv, &t.he, a, bb, &mut az);
     let zx = az.iter().zip(&t.ax).fold(0.0, |s, (a_z, xj)| s + a_z * xj) / m;
     let (au, bu) = (a.up(), bb.up());
     let c = t.c;
     // Pass 3: each cell's budget.
-    let dx: Vec<ElementBudget> = (0..n)
-        .map(|j| {
-            let (ae, ge, az) = (ae[j], ge[j], az[j]);
-            let h = t.ah[j];
-            let cond_dy = ru * (ae + c * e1 + h * he);
-            let cond_g = ru * (ge + c * g1 + h * hg);
-            let cond_x = if centred {
-                r2 * (az * t.hx + h * zx + bu * (t.ax[j] + t.x1 + h * t.hx))
-            } else {
-                r2 * (ae * t.hx + h * ex + bu * (t.ax[j] + 3.0 * h * t.hx))
-            };
-            let (mag, mag2) = if centred {
-                (
-                    ru * (ae + e1 + h * he + t.x1 * ru * (he + h * e1)),
-                    t.dk * r2 * ru * ((ae + au + 3.0 * h * bu) / 2.0 + au),
-                )
-            } else {
-                (
-                    ru * (ae + h * he) + ru * r2 * t.dd / 2.0 * (ae + 3.0 * h * he),
-                    0.0,
-                )
-            };
-            let mut b = eb(cond_dy + cond_g + cond_x, mag);
-            b.mag2 = mag2;
-            // dx is of degree −1 in the scale; dgamma and dbeta of degree 0.
-            if t.s != 1.0 {
-                b = scaled(b, 1.0 / t.s);
-            }
-            nan_to_inf(&mut b);
-            b
-        })
-        .collect();
+    let k = cells::DxScalars {
+        ru,
+        r2,
+        c,
+        e1,
+        he,
+        g1,
+        hg,
+        ex,
+        zx,
+        au,
+        bu,
+        hx: t.hx,
+        x1: t.x1,
+        dk: t.dk,
+        dd: t.dd,
+    };
+    let mut dx = vec![ElementBudget::default(); n];
+    if centred {
+        cells::dx_budgets::<true>(&k, &ae, &ge, &az, &t.ah, &t.ax, &mut dx);
+    } else {
+        cells::dx_budgets::<false>(&k, &ae, &ge, &az, &t.ah, &t.ax, &mut dx);
+    }
+    // dx is of degree −1 in the scale; dgamma and dbeta of degree 0. (Scaling after
+    // nan_to_inf: an infinite term stays infinite, as a NaN one scaled would become.)
+    if t.s != 1.0 {
+        for b in &mut dx {
+            *b = scaled(*b, 1.0 / t.s);
+        }
+    }
     // dgamma, dbeta: this group's partial sums per parameter (each from zero, its cells
     // added in order), and their budgets' terms.
     type Part = (Iv, Iv, f64, f64, f64);
@@ -488,13 +474,19 @@ pub fn backward_group(
         (p, [cond, mag, t.dk * r2 / 2.0 * hdy, sdy])
     };
     let parts = if distinct {
-        (0..n)
-            .map(|j| {
-                let mut s = zero;
-                add(&mut s, j);
-                terms(param(j), s)
-            })
-            .collect()
+        // (`add` to `zero` and `terms` of each cell, in a loop that vectorises)
+        let mut parts: Vec<(usize, [f64; 4])> = (0..n).map(|j| (param(j), [0.0; 4])).collect();
+        let k = cells::PartScalars {
+            ru,
+            c,
+            r2,
+            hx: t.hx,
+            x1: t.x1,
+            dk: t.dk,
+            dd: t.dd,
+        };
+        cells::distinct_parts(&k, dys, &t.hv, &t.he, &t.ah, &t.ax, &mut parts);
+        parts
     } else {
         let mut part: BTreeMap<usize, Part> = BTreeMap::new();
         for j in 0..n {
@@ -618,6 +610,286 @@ pub fn ratio_roots(computed: f64, exact: &SumOfRoots, u: f64, cond: f64, mag: f6
 /// [`ElementBudget::ratio`]).
 pub fn element_ratio_roots(b: &ElementBudget, computed: f64, exact: &SumOfRoots, u: f64) -> f64 {
     ratio_roots(computed, exact, u, b.cond, b.mag_at(u))
+}
+
+/// The per-cell passes of [`group_terms`], [`forward_group`] and [`backward_group`], each a
+/// loop over slices of one length with the group's scalars in locals, so that nothing it
+/// reads is written through a reference and it vectorises (a loop reading them through the
+/// group's struct did not), forming every term with [`Iv`]'s arithmetic as the module's
+/// formulas do: the same values as forming each term where it is used.
+mod cells {
+    use super::{eb, iv_of_f64, nan_to_inf, ElementBudget, Iv};
+
+    /// A forward group's scalars that its cells' `y` budgets are formed from.
+    #[derive(Clone, Copy)]
+    pub(super) struct YScalars {
+        pub(super) ru: f64,
+        pub(super) r2: f64,
+        pub(super) c: f64,
+        pub(super) x1: f64,
+        pub(super) hx: f64,
+        pub(super) dk: f64,
+        /// rms_norm: the summation of `mean(x²)` through `∂r/∂q` (0 for centred ops).
+        pub(super) qsum: f64,
+        /// The offset convention's `1 + gamma` (its rounding in `mag`).
+        pub(super) offset: bool,
+    }
+
+    /// A backward group's scalars that its cells' `dx` budgets are formed from.
+    #[derive(Clone, Copy)]
+    pub(super) struct DxScalars {
+        pub(super) ru: f64,
+        pub(super) r2: f64,
+        pub(super) c: f64,
+        pub(super) e1: f64,
+        pub(super) he: f64,
+        pub(super) g1: f64,
+        pub(super) hg: f64,
+        pub(super) ex: f64,
+        pub(super) zx: f64,
+        pub(super) au: f64,
+        pub(super) bu: f64,
+        pub(super) hx: f64,
+        pub(super) x1: f64,
+        pub(super) dk: f64,
+        pub(super) dd: f64,
+    }
+
+    /// Every cell's `dx` budget (module docs' table; `CENTRED`: the centred row of it) from its
+    /// `|e|`, `|γdy|`, `|z|`, `|h|`, `|x|`, before scaling back: a loop with no branch and
+    /// nothing it reads written, so that it vectorises.
+    pub(super) fn dx_budgets<const CENTRED: bool>(
+        k: &DxScalars,
+        ae: &[f64],
+        ge: &[f64],
+        az: &[f64],
+        ah: &[f64],
+        ax: &[f64],
+        dx: &mut [ElementBudget],
+    ) {
+        let n = dx.len();
+        let (ae, ge, az, ah, ax) = (&ae[..n], &ge[..n], &az[..n], &ah[..n], &ax[..n]);
+        let DxScalars {
+            ru,
+            r2,
+            c,
+            e1,
+            he,
+            g1,
+            hg,
+            ex,
+            zx,
+            au,
+            bu,
+            hx,
+            x1,
+            dk,
+            dd,
+        } = *k;
+        for j in 0..n {
+            let (ae, ge, az, h) = (ae[j], ge[j], az[j], ah[j]);
+            let cond_dy = ru * (ae + c * e1 + h * he);
+            let cond_g = ru * (ge + c * g1 + h * hg);
+            let cond_x = if CENTRED {
+                r2 * (az * hx + h * zx + bu * (ax[j] + x1 + h * hx))
+            } else {
+                r2 * (ae * hx + h * ex + bu * (ax[j] + 3.0 * h * hx))
+            };
+            let (mag, mag2) = if CENTRED {
+                (
+                    ru * (ae + e1 + h * he + x1 * ru * (he + h * e1)),
+                    dk * r2 * ru * ((ae + au + 3.0 * h * bu) / 2.0 + au),
+                )
+            } else {
+                (
+                    ru * (ae + h * he) + ru * r2 * dd / 2.0 * (ae + 3.0 * h * he),
+                    0.0,
+                )
+            };
+            let mut b = eb(cond_dy + cond_g + cond_x, mag);
+            b.mag2 = mag2;
+            nan_to_inf(&mut b);
+            dx[j] = b;
+        }
+    }
+
+    /// A backward group's scalars that its terms of `dgamma` and `dbeta` are formed from.
+    #[derive(Clone, Copy)]
+    pub(super) struct PartScalars {
+        pub(super) ru: f64,
+        pub(super) c: f64,
+        pub(super) r2: f64,
+        pub(super) hx: f64,
+        pub(super) x1: f64,
+        pub(super) dk: f64,
+        pub(super) dd: f64,
+    }
+
+    /// [`backward_group`]'s terms of `dgamma` and `dbeta` of a group whose every cell has its own
+    /// parameter: per cell, `Σ dy`, `Σ dy·h` (each one term added to zero), `|dy·h|`, `|dy·x|`,
+    /// `|dy|`, and from them `[cond, mag, mag2, Σ|dy|]` into `parts[j].1`.
+    pub(super) fn distinct_parts(
+        k: &PartScalars,
+        dys: &[f64],
+        hv: &[f64],
+        he: &[f64],
+        ah: &[f64],
+        ax: &[f64],
+        parts: &mut [(usize, [f64; 4])],
+    ) {
+        let n = parts.len();
+        let (dys, hv, he, ah, ax) = (&dys[..n], &hv[..n], &he[..n], &ah[..n], &ax[..n]);
+        let PartScalars {
+            ru,
+            c,
+            r2,
+            hx,
+            x1,
+            dk,
+            dd,
+        } = *k;
+        for j in 0..n {
+            let dyv = iv_of_f64(dys[j]);
+            let ady = dyv.up();
+            let sp = Iv::ZERO.add(dyv);
+            let tp = Iv::ZERO.add(dyv.mul(Iv { v: hv[j], e: he[j] }));
+            let (hdy, dyx, sdy) = (0.0 + ady * ah[j], 0.0 + ady * ax[j], 0.0 + ady);
+            let cond = hdy + ru * (dyx + c * x1 * sp.up() + hx * tp.up());
+            let mag = hdy + c * x1 * ru * sdy + (1.0 - c) * r2 * dd / 2.0 * hdy;
+            parts[j].1 = [cond, mag, dk * r2 / 2.0 * hdy, sdy];
+        }
+    }
+
+    /// `x·p1·p2` (`ldexp(x, −se)`, its factors hoisted) as enclosures, and their `|x|` bounds.
+    pub(super) fn scaled_inputs(
+        xs: &[f64],
+        p1: f64,
+        p2: f64,
+        xv: &mut [f64],
+        xe: &mut [f64],
+        ax: &mut [f64],
+    ) {
+        let n = xs.len();
+        let (xv, xe, ax) = (&mut xv[..n], &mut xe[..n], &mut ax[..n]);
+        for i in 0..n {
+            let e = iv_of_f64(xs[i] * p1 * p2);
+            (xv[i], xe[i], ax[i]) = (e.v, e.e, e.up());
+        }
+    }
+
+    /// `d = x − mu` and `d²`.
+    pub(super) fn centred(
+        xv: &[f64],
+        xe: &[f64],
+        mu: Iv,
+        dv: &mut [f64],
+        de: &mut [f64],
+        qv: &mut [f64],
+        qe: &mut [f64],
+    ) {
+        let n = xv.len();
+        let (xe, dv, de, qv, qe) = (
+            &xe[..n],
+            &mut dv[..n],
+            &mut de[..n],
+            &mut qv[..n],
+            &mut qe[..n],
+        );
+        for i in 0..n {
+            let d = Iv { v: xv[i], e: xe[i] }.sub(mu);
+            let q = d.mul(d);
+            (dv[i], de[i], qv[i], qe[i]) = (d.v, d.e, q.v, q.e);
+        }
+    }
+
+    /// `h = d·r`, `|h|` and `|d|`.
+    pub(super) fn normalised(
+        dv: &[f64],
+        de: &[f64],
+        r: Iv,
+        hv: &mut [f64],
+        he: &mut [f64],
+        ah: &mut [f64],
+        ad: &mut [f64],
+    ) {
+        let n = dv.len();
+        let (de, hv, he, ah, ad) = (
+            &de[..n],
+            &mut hv[..n],
+            &mut he[..n],
+            &mut ah[..n],
+            &mut ad[..n],
+        );
+        for i in 0..n {
+            let d = Iv { v: dv[i], e: de[i] };
+            let h = d.mul(r);
+            (hv[i], he[i], ah[i], ad[i]) = (h.v, h.e, h.up(), d.up());
+        }
+    }
+
+    /// From `dy` and each cell's weight (`w` in `[ehv, ehe]`, `|gamma|` in `ge` on entry):
+    /// `e = dy·w`, `|e|`, `|gamma·dy|` (`|dy|`'s bound times `|gamma|`) and `e·h`, into
+    /// `[ev, ee, ae, ge, ehv, ehe]`.
+    pub(super) fn cotangent(dys: &[f64], hv: &[f64], he: &[f64], out: [&mut [f64]; 6]) {
+        let n = dys.len();
+        let [ev, ee, ae, ge, ehv, ehe] = out;
+        let (hv, he, ev, ee, ae) = (&hv[..n], &he[..n], &mut ev[..n], &mut ee[..n], &mut ae[..n]);
+        let (ge, ehv, ehe) = (&mut ge[..n], &mut ehv[..n], &mut ehe[..n]);
+        for j in 0..n {
+            let dyv = iv_of_f64(dys[j]);
+            let w = Iv {
+                v: ehv[j],
+                e: ehe[j],
+            };
+            let e = dyv.mul(w);
+            let eh = e.mul(Iv { v: hv[j], e: he[j] });
+            (ev[j], ee[j], ae[j], ge[j]) = (e.v, e.e, e.up(), dyv.up() * ge[j]);
+            (ehv[j], ehe[j]) = (eh.v, eh.e);
+        }
+    }
+
+    /// Every cell's `y` budget from its `[|w|, |gamma|, |beta|, |h|, |x|]`.
+    pub(super) fn y_budgets(k: &YScalars, by_cell: [&[f64]; 5], y: &mut [ElementBudget]) {
+        let n = y.len();
+        let [wu, ga, ba, ah, ax] = by_cell.map(|v| &v[..n]);
+        let YScalars {
+            ru,
+            r2,
+            c,
+            x1,
+            hx,
+            dk,
+            qsum,
+            offset,
+        } = *k;
+        for a in 0..n {
+            let wh = wu[a] * ah[a];
+            let cond = wu[a] * ru * (ax[a] + c * x1 + ah[a] * hx) + ga[a] * ah[a] + ba[a];
+            let off = if offset { wh } else { 0.0 };
+            let mut e = eb(cond, c * wu[a] * ru * x1 + off + wh * qsum);
+            e.mag2 = dk * wh * r2 / 2.0;
+            nan_to_inf(&mut e);
+            y[a] = e;
+        }
+    }
+
+    /// `|z| = |e − A − h·B|`'s bound.
+    pub(super) fn z_abs(
+        ev: &[f64],
+        ee: &[f64],
+        hv: &[f64],
+        he: &[f64],
+        a: Iv,
+        b: Iv,
+        az: &mut [f64],
+    ) {
+        let n = ev.len();
+        let (ee, hv, he, az) = (&ee[..n], &hv[..n], &he[..n], &mut az[..n]);
+        for j in 0..n {
+            let h = Iv { v: hv[j], e: he[j] };
+            az[j] = Iv { v: ev[j], e: ee[j] }.sub(a).sub(h.mul(b)).up();
+        }
+    }
 }
 
 #[cfg(test)]
