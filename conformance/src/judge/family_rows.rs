@@ -29,6 +29,9 @@ use std::sync::OnceLock;
 /// order, per worker thread.
 const CHUNKS_PER_THREAD: usize = 2;
 
+/// Parameters whose sums of the rows' budget terms one work item adds.
+const PARAMS_PER_ITEM: usize = 512;
+
 /// An output's elements folded in order: the first worst element (NaN counted infinite), the
 /// count over the gate, the largest error the gate allows.
 #[derive(Clone, Copy)]
@@ -212,16 +215,30 @@ pub fn judge_last(
             .into_par_iter()
             .map(chunk)
             .collect();
-        for o in done {
-            let o = o?;
+        let done: Vec<ChunkOut> = done.into_iter().collect::<Option<_>>()?;
+        for o in &done {
             cells.merge(&o.cells);
-            mean.extend(o.mean);
-            rstd.extend(o.rstd);
+            mean.extend_from_slice(&o.mean);
+            rstd.extend_from_slice(&o.rstd);
             sums.merge(&o.sums);
-            for p in &o.parts {
-                add_parts(p, &mut dgamma, &mut dbeta);
-            }
         }
+        // The rows' terms of `dgamma` and `dbeta` (row `r`'s term of parameter `p` is
+        // `parts[p]`: every cell of a row has its own parameter, its position), added in the
+        // rows' order, in parallel over ranges of parameters: each sum in the same order.
+        let parts: Vec<&[(usize, [f64; 4])]> = done
+            .iter()
+            .flat_map(|o| o.parts.iter().map(Vec::as_slice))
+            .collect();
+        dgamma
+            .par_chunks_mut(PARAMS_PER_ITEM)
+            .zip(dbeta.par_chunks_mut(PARAMS_PER_ITEM))
+            .enumerate()
+            .for_each(|(i, (dg, db))| {
+                let first = i * PARAMS_PER_ITEM;
+                for p in &parts {
+                    add_parts(&p[first..first + dg.len()], first, dg, db);
+                }
+            });
     }
     for b in dgamma.iter_mut().chain(dbeta.iter_mut()) {
         nan_to_inf(b);

@@ -498,19 +498,23 @@ pub fn backward_group(
 }
 
 /// Add one group's terms of `dgamma` and `dbeta` ([`BackwardGroup::parts`]) to their sums over
-/// the groups (called in the groups' order: the sums' order).
+/// the groups (called in the groups' order: the sums' order); `first`: the parameter that
+/// `dgamma[0]` and `dbeta[0]` are of (0 for every parameter; a range of them to add the
+/// groups' terms of disjoint ranges in parallel, each sum in the same order).
 pub fn add_parts(
     parts: &[(usize, [f64; 4])],
+    first: usize,
     dgamma: &mut [ElementBudget],
     dbeta: &mut [ElementBudget],
 ) {
     for &(p, [cond, mag, mag2, sdy]) in parts {
-        let dg = &mut dgamma[p];
+        let dg = &mut dgamma[p - first];
         dg.cond += cond * SAFE;
         dg.mag += mag * SAFE;
         dg.mag2 += mag2 * SAFE;
-        dbeta[p].cond += sdy * SAFE;
-        dbeta[p].mag += sdy * SAFE;
+        let db = &mut dbeta[p - first];
+        db.cond += sdy * SAFE;
+        db.mag += sdy * SAFE;
     }
 }
 
@@ -565,7 +569,7 @@ pub fn family_budgets(prob: &FamilyProblem<'_>) -> Result<FamilyBudgets, SpecErr
                     dx[i] = b;
                 }
                 // In the groups' order (the sums' order of a loop over them).
-                add_parts(&bg.parts, &mut dgamma, &mut dbeta);
+                add_parts(&bg.parts, 0, &mut dgamma, &mut dbeta);
             })?;
             for b in dgamma.iter_mut().chain(dbeta.iter_mut()) {
                 nan_to_inf(b);
