@@ -21,6 +21,7 @@ use bnconf_spec::exact::round::{f64_to_rational, round, FloatFormat};
 use bnconf_spec::exact::{QSqrt, Rational};
 use bnconf_spec::family as spec;
 use bnconf_spec::SpecError;
+use num_bigint::BigInt;
 use num_traits::Signed;
 use std::collections::BTreeMap;
 
@@ -723,21 +724,32 @@ fn quick_ill_posed(
         return None;
     }
     let k = x.len() as f64;
-    let kr = Rational::from_integer((x.len() as i64).into());
+    // mean and q as fractions left unreduced (no gcd: only their f64 values are used), each
+    // f64 the nearest to a 121-bit truncation of the exact value (`dd_of_rational`'s high
+    // part): within 2^-53·(1 + 2^-60) of it relatively, inside the margins below (δ =
+    // |mean_f|·2^-52 for the mean, 4·2^-52 for q).
+    let kb = BigInt::from(x.len());
     let (s1, s2) = crate::fast::family_last::square_sums(x);
+    let (n2, d2) = (s2.numer(), s2.denom());
     let (mean, q) = if centred {
-        let mean = &s1 / &kr;
-        let var = (&kr * &s2 - &s1 * &s1) / (&kr * &kr);
-        (mean, var + eps)
+        // q = (k·s2 − s1²)/k² + eps = (k·n2·d1² − n1²·d2)/(d2·d1²·k²) + eps
+        let (n1, d1) = (s1.numer(), s1.denom());
+        let d11 = d1 * d1;
+        let vn = &kb * n2 * &d11 - n1 * n1 * d2;
+        let vd = d2 * &d11 * &kb * &kb;
+        let q = Rational::new_raw(vn * eps.denom() + eps.numer() * &vd, vd * eps.denom());
+        (Rational::new_raw(n1.clone(), d1 * &kb), q)
     } else {
-        (Rational::from_integer(0.into()), &s2 / &kr + eps)
+        let vd = d2 * &kb;
+        let q = Rational::new_raw(n2 * eps.denom() + eps.numer() * &vd, vd * eps.denom());
+        (Rational::from_integer(0.into()), q)
     };
     if !q.is_positive() {
         return None;
     }
-    let to_f = |r: &Rational| round(&QSqrt::rational(r.clone()), FloatFormat::F64).to_f64();
+    let to_f = |r: &Rational| crate::fast::dd::dd_of_rational(r).hi;
     let (mean_f, q_f) = (to_f(&mean), to_f(&q));
-    if !(q_f.is_finite() && q_f > 1e-250) {
+    if !(q_f.is_finite() && q_f > 1e-250) || (mean_f != 0.0 && mean_f.abs() < 1e-250) {
         return None;
     }
     // |mean − mean_f| ≤ ulp/2; each d = fl(x − mean_f) within δ + 2^-52·|d| of x − mean.
