@@ -105,7 +105,7 @@
 //! f64's range give infinite budgets. `mag` is always evaluated this way (for both methods).
 
 use crate::par::*;
-use bnconf_spec::exact::round::{f64_to_rational, round, FloatFormat};
+use bnconf_spec::exact::round::{f64_to_rational, round, round_difference, FloatFormat};
 use bnconf_spec::exact::{QSqrt, Rational};
 use bnconf_spec::num::Dual;
 use bnconf_spec::op::{channel_op, ChannelIn, Extent, Op, Problem};
@@ -266,15 +266,15 @@ pub fn ratio(computed: f64, exact: &QSqrt, u: f64, cond: f64, mag: f64) -> f64 {
     let Some(c) = f64_to_rational(computed) else {
         return f64::INFINITY;
     };
-    let diff = exact - &QSqrt::rational(c);
-    if diff.is_zero() {
+    // exact − computed rounded once (`None`: zero); |round(e)| = round(|e|)
+    let Some(diff) = round_difference(exact, &c, FloatFormat::F64) else {
         return 0.0;
-    }
+    };
     let budget = cond + mag;
     if budget.is_nan() || budget <= 0.0 {
         return f64::INFINITY;
     }
-    let err = round(&diff.abs(), FloatFormat::F64).to_f64();
+    let err = diff.to_f64().abs();
     err / budget / u
 }
 

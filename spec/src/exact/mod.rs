@@ -48,16 +48,51 @@ pub fn floor_int(r: &Rational) -> BigInt {
 
 /// Whether a rational is the square of a rational; returns its square root if so.
 pub fn rational_sqrt_exact(r: &Rational) -> Option<Rational> {
-    if r.is_negative() {
+    if r.is_negative() || !may_be_square(r.numer()) || !may_be_square(r.denom()) {
         return None;
     }
-    let n = r.numer().sqrt();
-    let d = r.denom().sqrt();
-    if &(&n * &n) == r.numer() && &(&d * &d) == r.denom() {
-        Some(Rational::new(n, d))
-    } else {
-        None
+    let n = int_sqrt_exact(r.numer())?;
+    let d = int_sqrt_exact(r.denom())?;
+    Some(Rational::new(n, d))
+}
+
+/// `sqrt(n)` when the integer `n ≥ 0` is a perfect square.
+pub(crate) fn int_sqrt_exact(n: &BigInt) -> Option<BigInt> {
+    if n.is_negative() || !may_be_square(n) {
+        return None;
     }
+    let s = n.sqrt();
+    (&(&s * &s) == n).then_some(s)
+}
+
+/// Quadratic residues modulo `M`: `QR[r]` is whether some square is `r mod M`.
+const fn residues<const M: usize>() -> [bool; M] {
+    let mut t = [false; M];
+    let mut i = 0;
+    while i < M {
+        t[(i * i) % M] = true;
+        i += 1;
+    }
+    t
+}
+
+const QR64: [bool; 64] = residues::<64>();
+const QR63: [bool; 63] = residues::<63>();
+const QR65: [bool; 65] = residues::<65>();
+const QR11: [bool; 11] = residues::<11>();
+
+/// A filter before an integer square root: `false` only when `n ≥ 0` is not a perfect
+/// square, as its residue modulo 64, 63, 65 or 11 is no square's (which rules out all but
+/// about 1 in 150 non-squares at the cost of one division by a small number); `true` says
+/// nothing, the square root decides.
+fn may_be_square(n: &BigInt) -> bool {
+    use num_traits::ToPrimitive;
+    let low = n.magnitude().iter_u64_digits().next().unwrap_or(0);
+    if !QR64[(low % 64) as usize] {
+        return false;
+    }
+    let r = (n.magnitude() % 45045u32).to_usize().unwrap_or(0); // 63·65·11
+    QR63[r % 63] && QR65[r % 65] && QR11[r % 11]
 }
 
 /// Write a rational as FORMAT.md writes it: an integer `p` or a fraction `p/q` in lowest terms.
@@ -66,5 +101,50 @@ pub fn fmt_rational(r: &Rational) -> String {
         r.numer().to_string()
     } else {
         format!("{}/{}", r.numer(), r.denom())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The residue filter never rejects a square, and the exact square roots are those of
+    /// the plain test (`isqrt(n)² == n`) on every integer near squares of many sizes.
+    #[test]
+    fn square_tests_are_the_plain_ones() {
+        let plain = |n: &BigInt| {
+            let s = n.sqrt();
+            (&(&s * &s) == n).then_some(s)
+        };
+        let (mut squares, mut seen) = (0, 0);
+        for bits in [1u32, 7, 31, 63, 64, 65, 127, 200, 640] {
+            for i in 0..400u64 {
+                // roots of every residue class, at this size
+                let root = (BigInt::one() << bits) + BigInt::from(i * 2654435761 % 1_000_003);
+                let sq = &root * &root;
+                for n in [&sq - 1u32, sq.clone(), &sq + 1u32, &sq + &root, &sq * 2u32] {
+                    assert_eq!(int_sqrt_exact(&n), plain(&n), "{n}");
+                    squares += usize::from(plain(&n).is_some());
+                    seen += 1;
+                }
+                assert!(may_be_square(&sq), "{sq} is a square");
+            }
+        }
+        for n in 0..100_000u64 {
+            let n = BigInt::from(n);
+            assert_eq!(int_sqrt_exact(&n), plain(&n), "{n}");
+        }
+        assert!(
+            squares >= 3600 && seen == 18000,
+            "{squares} squares of {seen}"
+        );
+        // rationals: squares of quotients, and their neighbours
+        for (p, q) in [(9, 4), (2, 1), (49, 50), (1, 1), (0, 1), (-4, 9)] {
+            let r = Rational::new(BigInt::from(p), BigInt::from(q));
+            let want = (!r.is_negative())
+                .then(|| (plain(r.numer()), plain(r.denom())))
+                .and_then(|(a, b)| Some(Rational::new(a?, b?)));
+            assert_eq!(rational_sqrt_exact(&r), want, "{r}");
+        }
     }
 }

@@ -1,4 +1,5 @@
 use super::{fmt_rational, rational_sqrt_exact, BigInt, Rational};
+use num_integer::Integer;
 use num_traits::{One, Signed, Zero};
 use std::cmp::Ordering;
 use std::fmt;
@@ -157,9 +158,7 @@ impl QSqrt {
         }
         // Opposite signs: compare a^2 with b^2 d (never equal: d is not a square).
         let d = self.d.as_deref().expect("irrational value has a radicand");
-        let a2 = &self.a * &self.a;
-        let b2d = &self.b * &self.b * d;
-        if a2 > b2d {
+        if square_exceeds(&self.a, &self.b, d) {
             sa
         } else {
             sb
@@ -199,8 +198,11 @@ impl QSqrt {
         let mut t = super::floor_int(&self.a);
         if !self.b.is_zero() {
             let d = self.d.as_deref().unwrap();
-            let b2d = &self.b * &self.b * d;
-            let s = super::floor_int(&b2d).sqrt();
+            // floor(b²·d) from the numerators and denominators: no gcd
+            let (bn, bd) = (self.b.numer(), self.b.denom());
+            let s = ((bn * bn) * d.numer())
+                .div_floor(&((bd * bd) * d.denom()))
+                .sqrt();
             if self.b.is_negative() {
                 t -= s;
             } else {
@@ -218,6 +220,16 @@ impl QSqrt {
             }
         }
     }
+}
+
+/// Whether `a² > b²·d`, in integers: with `a = p/q`, `b = r/s`, `d = t/w` (denominators
+/// positive), whether `(p·s)²·w > (r·q)²·t`. Six products and no gcd: multiplying the
+/// rationals would reduce each product by two gcds, which for the long dyadic numerators of
+/// the reference (binary gcd) cost far more than the products.
+fn square_exceeds(a: &Rational, b: &Rational, d: &Rational) -> bool {
+    let ps = a.numer() * b.denom();
+    let rq = b.numer() * a.denom();
+    (&ps * &ps) * d.denom() > (&rq * &rq) * d.numer()
 }
 
 fn sign_of(r: &Rational) -> i32 {

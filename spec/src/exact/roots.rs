@@ -62,6 +62,16 @@ pub struct SumOfRoots {
 /// are compared by the exact square-root test (a filter: the decision is the exact test).
 const KEY_PRIMES: [u32; 16] = [2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53];
 
+/// `sqrt(d·r)` when it is rational, for positive `d`, `r`: `d·r = P/Q` with `P = dn·rn`,
+/// `Q = dd·rd` is a rational square exactly when the integer `P·Q` is one, and then
+/// `sqrt(d·r) = sqrt(P·Q)/Q`. Integer products only (the product of the rationals would be
+/// reduced by gcds, for a test that fails for nearly every pair it is asked).
+fn sqrt_of_product(d: &Rational, r: &Rational) -> Option<Rational> {
+    let q = d.denom() * r.denom();
+    let pq = d.numer() * r.numer() * &q;
+    super::int_sqrt_exact(&pq).map(|s| Rational::new(s, q))
+}
+
 fn class_key(d: &Rational) -> u32 {
     // d = n/m is in the square class of the integer n·m.
     let mut v: BigInt = d.numer() * d.denom();
@@ -128,7 +138,7 @@ impl SumOfRoots {
                 if *k != key {
                     return None;
                 }
-                rational_sqrt_exact(&(&d * &t.d)).map(|s| (t, s))
+                sqrt_of_product(&d, &t.d).map(|s| (t, s))
             });
             match found {
                 // sqrt(d) = (sqrt(d·r)/r)·sqrt(r)

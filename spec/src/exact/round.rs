@@ -190,6 +190,8 @@ struct IntForm {
     q: BigInt,
     d: BigInt,
     r: BigInt,
+    /// `(K, floor(|q|·2^K·sqrt(d)))`, the last integer square root taken ([`Self::root_floor`]).
+    root: Option<(i64, BigInt)>,
 }
 
 impl IntForm {
@@ -201,6 +203,7 @@ impl IntForm {
                 q: BigInt::zero(),
                 d: BigInt::one(),
                 r: a.denom().clone(),
+                root: None,
             },
             Some(d) => {
                 // a + (bn/bd)*sqrt(dn/dd) = (an*bd*dd + bn*ad*sqrt(dn*dd)) / (ad*bd*dd)
@@ -217,6 +220,7 @@ impl IntForm {
                     q: bn * ad,
                     d: dn * dd,
                     r: ad * bd * dd,
+                    root: None,
                 }
             }
         }
@@ -238,31 +242,46 @@ impl IntForm {
     }
 
     /// `floor(v * 2^k)` for `v >= 0`, and whether `v * 2^k` is exactly that integer.
-    fn floor_scaled(&self, k: i64) -> (BigInt, bool) {
-        let (x, y, r) = if k >= 0 {
-            (
-                &self.p << (k as usize),
-                &self.q << (k as usize),
-                self.r.clone(),
-            )
+    fn floor_scaled(&mut self, k: i64) -> (BigInt, bool) {
+        let (x, r) = if k >= 0 {
+            (&self.p << (k as usize), self.r.clone())
         } else {
-            (self.p.clone(), self.q.clone(), &self.r << ((-k) as usize))
+            (self.p.clone(), &self.r << ((-k) as usize))
         };
-        let (s, exact_sqrt) = if y.is_zero() {
+        // floor((x + y·sqrt(d))/r) = floor((x + floor(y·sqrt(d)))/r) for integers x, r > 0;
+        // y·sqrt(d), y = q·2^max(k, 0) ≠ 0, is irrational (d is no square), so never exact
+        let (s, exact_sqrt) = if self.q.is_zero() {
             (BigInt::zero(), true)
         } else {
-            let y2d = &y * &y * &self.d;
-            let m = y2d.sqrt();
-            let exact = &m * &m == y2d;
-            if y.is_negative() {
-                (if exact { -m } else { -m - 1 }, exact)
+            let m = self.root_floor(k.max(0));
+            if self.q.is_negative() {
+                (-m - 1, false)
             } else {
-                (m, exact)
+                (m, false)
             }
         };
         let t = x + s;
         let (quo, rem) = t.div_mod_floor(&r);
         (quo, exact_sqrt && rem.is_zero())
+    }
+
+    /// `floor(|q|·2^k·sqrt(d))` for `k ≥ 0`, `q ≠ 0`: the integer square root of
+    /// `(|q|·2^K)²·d` for some `K ≥ k`, shifted right by `K − k` (`floor(floor(z)/2^j) =
+    /// floor(z/2^j)`). One root serves [`round`]'s search for the binade and its final floor
+    /// (which ask for `k` a few apart): it is taken 4 bits beyond the first `k` asked, and
+    /// again only for a larger one.
+    fn root_floor(&mut self, k: i64) -> BigInt {
+        if let Some((kk, m)) = &self.root {
+            if *kk >= k {
+                return m >> ((kk - k) as usize);
+            }
+        }
+        let kk = k + 4;
+        let y = self.q.abs() << (kk as usize);
+        let m = (&y * &y * &self.d).sqrt();
+        let out = &m >> 4usize;
+        self.root = Some((kk, m));
+        out
     }
 
     /// An estimate of `floor(log2 v)` for `v > 0`.
@@ -302,17 +321,38 @@ fn sign_int(x: &BigInt) -> i32 {
 /// round bit and the sticky bit from one more exact floor: an integer square root and a
 /// division, no rational arithmetic.
 pub fn round(v: &QSqrt, format: FloatFormat) -> Rounded {
+    round_int_form(IntForm::new(v), format).unwrap_or(Rounded {
+        format,
+        neg: false,
+        mant: 0,
+        exp: 0,
+        inf: false,
+    })
+}
+
+/// [`round`] of `v - c`, or `None` where `v = c` exactly: the difference formed over one
+/// common denominator (`(P·cd − cn·R + Q·cd·sqrt(D)) / (R·cd)`), with no gcd, which
+/// subtracting the rationals would take (a judge's error `exact − computed`, rounded once per
+/// element).
+pub fn round_difference(v: &QSqrt, c: &Rational, format: FloatFormat) -> Option<Rounded> {
+    let f = IntForm::new(v);
+    let (cn, cd) = (c.numer(), c.denom());
+    let f = IntForm {
+        p: &f.p * cd - cn * &f.r,
+        q: f.q * cd,
+        d: f.d,
+        r: f.r * cd,
+        root: None,
+    };
+    round_int_form(f, format)
+}
+
+/// [`round`] of the value `f`, `None` where it is zero.
+fn round_int_form(mut f: IntForm, format: FloatFormat) -> Option<Rounded> {
     let p = format.precision() as i64;
-    let mut f = IntForm::new(v);
     let s = f.signum();
     if s == 0 {
-        return Rounded {
-            format,
-            neg: false,
-            mant: 0,
-            exp: 0,
-            inf: false,
-        };
+        return None;
     }
     let neg = s < 0;
     if neg {
@@ -335,13 +375,13 @@ pub fn round(v: &QSqrt, format: FloatFormat) -> Rounded {
         e = exact_e;
     }
     if e > format.emax() {
-        return Rounded {
+        return Some(Rounded {
             format,
             neg,
             mant: 0,
             exp: 0,
             inf: true,
-        };
+        });
     }
     let sh = p - 1 - e.max(format.emin());
     let (w, exact) = f.floor_scaled(sh + 1);
@@ -359,24 +399,24 @@ pub fn round(v: &QSqrt, format: FloatFormat) -> Rounded {
         qe += 1;
     }
     if qe + p - 1 > format.emax() {
-        return Rounded {
+        return Some(Rounded {
             format,
             neg,
             mant: 0,
             exp: 0,
             inf: true,
-        };
+        });
     }
     if mant.is_zero() {
         qe = 0;
     }
-    Rounded {
+    Some(Rounded {
         format,
         neg,
         mant,
         exp: qe,
         inf: false,
-    }
+    })
 }
 
 /// `(hi, lo)`: `hi` is `v` rounded to the nearest f64 (ties to even), `lo` is `v - hi`
@@ -580,6 +620,55 @@ mod tests {
         base
     }
 
+    /// `round_difference(v, c)` is `round(v − c)` (`None` exactly where `v = c`), for values of
+    /// every binade minus rationals near them (their f64s, neighbours, the value itself when
+    /// rational) and far from them, in every format; and a round trip of floors through the
+    /// cached square root asked for `k` increasing and decreasing.
+    #[test]
+    fn round_difference_is_the_rounded_difference() {
+        let mut n = 0;
+        for v in positive_values() {
+            let vf = round(&v, FloatFormat::F64).to_f64();
+            let near = f64_to_rational(vf).unwrap_or_else(Rational::zero);
+            let ulp = f64_to_rational(vf * f64::EPSILON).unwrap_or_else(Rational::zero);
+            let mut cs = vec![
+                near.clone(),
+                &near + &ulp,
+                &near - &ulp,
+                Rational::zero(),
+                Rational::new(BigInt::from(-7), BigInt::from(3)),
+                pow2(200),
+            ];
+            if v.d().is_none() || v.b().is_zero() {
+                cs.push(v.a().clone());
+            }
+            for c in cs {
+                let want = &v - &QSqrt::rational(c.clone());
+                for f in FloatFormat::ALL {
+                    let got = round_difference(&v, &c, f);
+                    if want.is_zero() {
+                        assert!(got.is_none(), "{v} - {c}");
+                    } else {
+                        let r = round(&want, f);
+                        let g = got.unwrap_or_else(|| panic!("{v} - {c} is not 0"));
+                        assert_eq!((g.neg, g.mant, g.exp, g.inf), (r.neg, r.mant, r.exp, r.inf));
+                        n += 1;
+                    }
+                }
+            }
+        }
+        assert!(n > 2000, "{n}");
+        for v in positive_values() {
+            let mut f = IntForm::new(&v);
+            for k in [3i64, 60, 2, 61, 0, 900, -5, 64, 1] {
+                let w = v.mul_pow2(k);
+                let want = w.floor();
+                let exact = w == QSqrt::rational(Rational::from_integer(want.clone()));
+                assert_eq!(f.floor_scaled(k), (want, exact), "floor({v} * 2^{k})");
+            }
+        }
+    }
+
     /// `floor(log2 v)` by comparison with powers of two, walking from `start`; the number of
     /// steps is how far `start` was.
     fn exact_log2(v: &QSqrt, start: i64) -> (i64, i64) {
@@ -685,7 +774,7 @@ mod tests {
     #[test]
     fn floor_scaled_is_the_exact_floor() {
         for v in positive_values() {
-            let f = IntForm::new(&v);
+            let mut f = IntForm::new(&v);
             for k in [-1200i64, -80, -53, -1, 0, 1, 2, 24, 53, 54, 300, 1200] {
                 let w = v.mul_pow2(k);
                 let want = w.floor();
