@@ -249,28 +249,12 @@ pub(super) fn non_positive(c: usize, what: &'static str, q: &Rational) -> ConfEr
     })
 }
 
-/// `n/d` (`d > 0`) in lowest terms: `Rational::new`'s value and form. The common factors of
-/// two by trailing zeros, the rest by a gcd in `u64` where `d`'s odd part fits one (the fast
-/// path's denominators: powers of two times `m`'s and eps's odd parts), a `BigInt` gcd
-/// otherwise.
+/// `n/d` (`d > 0`) in lowest terms, `Rational::new`'s value and form, by trailing zeros and
+/// a gcd in `u128` where `d`'s odd part fits (the fast path's denominators: powers of two
+/// times `m`'s and eps's odd parts): [`bnconf_spec::exact::reduced`].
 pub(super) fn reduced(n: BigInt, d: BigInt) -> Rational {
-    use num_traits::ToPrimitive;
     debug_assert!(d.is_positive());
-    let (Some(tn), Some(td)) = (n.trailing_zeros(), d.trailing_zeros()) else {
-        return Rational::zero();
-    };
-    let t = tn.min(td) as usize;
-    let (n, d) = (n >> t, d >> t);
-    let Some(odd) = (&d >> (td as usize - t)).to_u64() else {
-        return Rational::new(n, d);
-    };
-    // gcd(n, d) = gcd(n, odd part of d): n is odd, or d is.
-    let g = num_integer::gcd((n.magnitude() % odd).to_u64().expect("below odd"), odd);
-    if g == 1 {
-        Rational::new_raw(n, d)
-    } else {
-        Rational::new_raw(n / g, d / g)
-    }
+    bnconf_spec::exact::reduced(n, d)
 }
 
 /// `a + b` in lowest terms ([`reduced`]).

@@ -65,6 +65,56 @@ pub(crate) fn int_sqrt_exact(n: &BigInt) -> Option<BigInt> {
     (&(&s * &s) == n).then_some(s)
 }
 
+/// `n/d` (`d > 0`) in lowest terms, `Rational::new`'s value and form: the common factors of two
+/// by trailing zeros, the rest by a gcd in `u128` where `d`'s odd part fits one, `num`'s
+/// (binary) gcd otherwise.
+pub fn reduced(n: BigInt, d: BigInt) -> Rational {
+    use num_traits::ToPrimitive;
+    let (Some(tn), Some(td)) = (n.trailing_zeros(), d.trailing_zeros()) else {
+        return Rational::zero();
+    };
+    let t = tn.min(td) as usize;
+    let (n, d) = (n >> t, d >> t);
+    let Some(odd) = (&d >> (td as usize - t)).to_u128() else {
+        return Rational::new(n, d);
+    };
+    // gcd(n, d) = gcd(n, odd part of d): after the shift n is odd, or d is.
+    let g = num_integer::gcd((n.magnitude() % odd).to_u128().expect("below odd"), odd);
+    if g == 1 {
+        Rational::new_raw(n, d)
+    } else {
+        Rational::new_raw(n / g, d / g)
+    }
+}
+
+/// Whether `d`'s odd part has at most 63 bits (a product of two such fits [`reduced`]'s `u128`).
+fn small_odd(d: &BigInt) -> bool {
+    d.bits() - d.trailing_zeros().unwrap_or(0) <= 63
+}
+
+/// `a + b` (`sign` 1) or `a − b` (`sign` −1): through [`reduced`] when both denominators'
+/// odd parts are small (one cheap reduction), else `num`'s operation (whose gcds on the
+/// operands' own denominators cost less than one on their product).
+pub(crate) fn add_signed(a: &Rational, b: &Rational, sign: i8) -> Rational {
+    if small_odd(a.denom()) && small_odd(b.denom()) {
+        let (x, y) = (a.numer() * b.denom(), b.numer() * a.denom());
+        reduced(if sign > 0 { x + y } else { x - y }, a.denom() * b.denom())
+    } else if sign > 0 {
+        a + b
+    } else {
+        a - b
+    }
+}
+
+/// `a · b`, as [`add_signed`] chooses.
+pub(crate) fn mul(a: &Rational, b: &Rational) -> Rational {
+    if small_odd(a.denom()) && small_odd(b.denom()) {
+        reduced(a.numer() * b.numer(), a.denom() * b.denom())
+    } else {
+        a * b
+    }
+}
+
 /// Quadratic residues modulo `M`: `QR[r]` is whether some square is `r mod M`.
 const fn residues<const M: usize>() -> [bool; M] {
     let mut t = [false; M];
@@ -107,6 +157,65 @@ pub fn fmt_rational(r: &Rational) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `reduced`, `add_signed` and `mul` give `num`'s results in its form (numerator and
+    /// denominator, lowest terms, positive denominator), for fractions whose denominators are
+    /// powers of two, small odd parts times them, or large odd parts; negative, zero, equal.
+    #[test]
+    fn fast_reductions_are_nums() {
+        let mut seed = 0x9e3779b97f4a7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let big = |bits: u32, next: &mut dyn FnMut() -> u64| {
+            let mut v = BigInt::from(next() | 1);
+            while v.bits() < u64::from(bits) {
+                v = (v << 64u32) + BigInt::from(next());
+            }
+            let extra = v.bits() - u64::from(bits);
+            v >> extra
+        };
+        let mut fracs = vec![Rational::zero(), Rational::one(), -Rational::one()];
+        for i in 0..300u32 {
+            let nb = [1, 20, 63, 64, 130, 400][i as usize % 6];
+            let mut n = big(nb, &mut next);
+            if next() % 3 == 0 {
+                n = -n;
+            }
+            if next() % 5 == 0 {
+                n <<= (next() % 90) as usize;
+            }
+            let odd = match i % 4 {
+                0 => BigInt::one(),
+                1 => BigInt::from((next() % 1000) | 1),
+                2 => big(60, &mut next) | BigInt::one(),
+                _ => big(200, &mut next) | BigInt::one(),
+            };
+            let d = odd << ((next() % 160) as usize);
+            fracs.push(Rational::new(n, d));
+        }
+        let same = |x: &Rational, y: &Rational| x.numer() == y.numer() && x.denom() == y.denom();
+        let mut n = 0;
+        for (i, a) in fracs.iter().enumerate() {
+            for b in fracs.iter().skip(i % 7).step_by(7) {
+                let sum = add_signed(a, b, 1);
+                assert!(same(&sum, &(a + b)), "{a} + {b}");
+                let diff = add_signed(a, b, -1);
+                assert!(same(&diff, &(a - b)), "{a} - {b}");
+                assert!(same(&mul(a, b), &(a * b)), "{a} * {b}");
+                let raw = reduced(a.numer() * b.denom(), a.denom() * b.denom() * 3u32);
+                assert!(
+                    same(&raw, &(a / (Rational::from_integer(3.into())))),
+                    "{a}/3"
+                );
+                n += 1;
+            }
+        }
+        assert!(n > 12000, "{n}");
+    }
 
     /// The residue filter never rejects a square, and the exact square roots are those of
     /// the plain test (`isqrt(n)² == n`) on every integer near squares of many sizes.

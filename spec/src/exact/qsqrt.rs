@@ -1,4 +1,4 @@
-use super::{fmt_rational, rational_sqrt_exact, BigInt, Rational};
+use super::{add_signed, fmt_rational, mul, rational_sqrt_exact, BigInt, Rational};
 use num_integer::Integer;
 use num_traits::{One, Signed, Zero};
 use std::cmp::Ordering;
@@ -287,29 +287,37 @@ impl<'a> Add<&'a QSqrt> for &'a QSqrt {
     type Output = QSqrt;
     fn add(self, o: &QSqrt) -> QSqrt {
         let d = QSqrt::field(self, o);
-        QSqrt::make(&self.a + &o.a, &self.b + &o.b, d)
+        QSqrt::make(
+            add_signed(&self.a, &o.a, 1),
+            add_signed(&self.b, &o.b, 1),
+            d,
+        )
     }
 }
 impl<'a> Sub<&'a QSqrt> for &'a QSqrt {
     type Output = QSqrt;
     fn sub(self, o: &QSqrt) -> QSqrt {
         let d = QSqrt::field(self, o);
-        QSqrt::make(&self.a - &o.a, &self.b - &o.b, d)
+        QSqrt::make(
+            add_signed(&self.a, &o.a, -1),
+            add_signed(&self.b, &o.b, -1),
+            d,
+        )
     }
 }
 impl<'a> Mul<&'a QSqrt> for &'a QSqrt {
     type Output = QSqrt;
     fn mul(self, o: &QSqrt) -> QSqrt {
         if self.b.is_zero() {
-            return QSqrt::make(&self.a * &o.a, &self.a * &o.b, o.d.clone());
+            return QSqrt::make(mul(&self.a, &o.a), mul(&self.a, &o.b), o.d.clone());
         }
         if o.b.is_zero() {
-            return QSqrt::make(&self.a * &o.a, &self.b * &o.a, self.d.clone());
+            return QSqrt::make(mul(&self.a, &o.a), mul(&self.b, &o.a), self.d.clone());
         }
         let d = QSqrt::field(self, o);
         let dv = d.as_deref().unwrap();
-        let a = &self.a * &o.a + &self.b * &o.b * dv;
-        let b = &self.a * &o.b + &self.b * &o.a;
+        let a = add_signed(&mul(&self.a, &o.a), &mul(&mul(&self.b, &o.b), dv), 1);
+        let b = add_signed(&mul(&self.a, &o.b), &mul(&self.b, &o.a), 1);
         QSqrt::make(a, b, d)
     }
 }

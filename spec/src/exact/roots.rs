@@ -216,12 +216,18 @@ impl SumOfRoots {
     /// Integer bounds of `self·2^k`: `(lo, hi)` with `lo ≤ self·2^k ≤ hi`, `hi − lo` at most
     /// the number of terms; exact in `A`, one unit per term. `squares` holds each term's sign
     /// and `B²·D`.
-    fn scaled_bounds(&self, squares: &[(bool, Rational)], k: i64) -> (Rational, Rational) {
+    fn scaled_bounds(&self, squares: &[(bool, BigInt, BigInt)], k: i64) -> (Rational, Rational) {
         let base = mul_pow2(&self.a, k);
         let (mut lo, mut hi) = (base.clone(), base);
-        for (neg, sq) in squares {
-            // |b|·sqrt(d)·2^k = sqrt(b²·d·4^k); s = isqrt(floor(that square)).
-            let s = Rational::from_integer(mul_pow2(sq, 2 * k).floor().to_integer().sqrt());
+        for (neg, n, d) in squares {
+            // |b|·sqrt(d)·2^k = sqrt(b²·d·4^k); s = isqrt(floor(that square)), the square
+            // n/d·4^k floored in integers.
+            let fl = if k >= 0 {
+                (n << (2 * k) as usize).div_floor(d)
+            } else {
+                n.div_floor(&(d << (-2 * k) as usize))
+            };
+            let s = Rational::from_integer(fl.sqrt());
             if *neg {
                 lo -= &s + Rational::one();
                 hi -= s;
@@ -260,10 +266,18 @@ impl SumOfRoots {
     ) -> R {
         let k0 = self.start_bits(start_extra);
         let cap = self.liouville_cap_bits();
-        let squares: Vec<(bool, Rational)> = self
+        // each term's sign and B²·D as integers over integers (unreduced: only floored)
+        let squares: Vec<(bool, BigInt, BigInt)> = self
             .terms
             .iter()
-            .map(|t| (t.b.is_negative(), &t.b * &t.b * &t.d))
+            .map(|t| {
+                let (bn, bd) = (t.b.numer(), t.b.denom());
+                (
+                    t.b.is_negative(),
+                    bn * bn * t.d.numer(),
+                    bd * bd * t.d.denom(),
+                )
+            })
             .collect();
         let mut extra: i64 = 0;
         let mut step: i64 = 32;
