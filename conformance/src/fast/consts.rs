@@ -7,7 +7,7 @@ use super::sums::*;
 use super::{acc, dd};
 use crate::error::{ConfError, Result};
 use acc::signed_parts;
-use bnconf_spec::exact::{fmt_rational, QSqrt, Rational};
+use bnconf_spec::exact::{fmt_rational, reduced, QSqrt, Rational};
 use bnconf_spec::{Op, SpecError};
 use dd::{dd_div_sqrt, dd_of_rational, DD};
 use num_bigint::BigInt;
@@ -247,14 +247,6 @@ pub(super) fn non_positive(c: usize, what: &'static str, q: &Rational) -> ConfEr
         what,
         value: fmt_rational(q),
     })
-}
-
-/// `n/d` (`d > 0`) in lowest terms, `Rational::new`'s value and form, by trailing zeros and
-/// a gcd in `u128` where `d`'s odd part fits (the fast path's denominators: powers of two
-/// times `m`'s and eps's odd parts): [`bnconf_spec::exact::reduced`].
-pub(super) fn reduced(n: BigInt, d: BigInt) -> Rational {
-    debug_assert!(d.is_positive());
-    bnconf_spec::exact::reduced(n, d)
 }
 
 /// `a + b` in lowest terms ([`reduced`]).

@@ -48,7 +48,7 @@ pub fn floor_int(r: &Rational) -> BigInt {
 
 /// Whether a rational is the square of a rational; returns its square root if so.
 pub fn rational_sqrt_exact(r: &Rational) -> Option<Rational> {
-    if r.is_negative() || !may_be_square(r.numer()) || !may_be_square(r.denom()) {
+    if r.is_negative() {
         return None;
     }
     let n = int_sqrt_exact(r.numer())?;
@@ -70,6 +70,7 @@ pub(crate) fn int_sqrt_exact(n: &BigInt) -> Option<BigInt> {
 /// (binary) gcd otherwise.
 pub fn reduced(n: BigInt, d: BigInt) -> Rational {
     use num_traits::ToPrimitive;
+    debug_assert!(d.is_positive());
     let (Some(tn), Some(td)) = (n.trailing_zeros(), d.trailing_zeros()) else {
         return Rational::zero();
     };

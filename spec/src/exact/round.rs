@@ -250,19 +250,19 @@ impl IntForm {
         };
         // floor((x + y·sqrt(d))/r) = floor((x + floor(y·sqrt(d)))/r) for integers x, r > 0;
         // y·sqrt(d), y = q·2^max(k, 0) ≠ 0, is irrational (d is no square), so never exact
-        let (s, exact_sqrt) = if self.q.is_zero() {
-            (BigInt::zero(), true)
+        let s = if self.q.is_zero() {
+            BigInt::zero()
         } else {
             let m = self.root_floor(k.max(0));
             if self.q.is_negative() {
-                (-m - 1, false)
+                -m - 1
             } else {
-                (m, false)
+                m
             }
         };
         let t = x + s;
         let (quo, rem) = t.div_mod_floor(&r);
-        (quo, exact_sqrt && rem.is_zero())
+        (quo, self.q.is_zero() && rem.is_zero())
     }
 
     /// `floor(|q|·2^k·sqrt(d))` for `k ≥ 0`, `q ≠ 0`: the integer square root of
